@@ -1,0 +1,73 @@
+"""The Django admin for staff: tenancy models, searchable; the audit log read-only."""
+
+from django.contrib import admin
+
+from agentops.models import ApiKey, AuditEvent, Invitation, Membership, Organization, Project, ProviderSecret
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Organization)
+class OrganizationAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "organization", "role", "created_at"]
+    list_filter = ["role"]
+    search_fields = ["user__email", "organization__slug"]
+    autocomplete_fields = ["user", "organization"]
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "organization", "created_at"]
+    search_fields = ["slug", "name", "organization__slug"]
+    autocomplete_fields = ["organization"]
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    list_display = ["email", "organization", "role", "created_at", "expires_at", "accepted_at", "revoked_at"]
+    search_fields = ["email", "organization__slug"]
+    readonly_fields = ["token_hash"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "name", "project", "organization", "scopes", "created_at", "last_used_at",
+                    "revoked_at"]
+    search_fields = ["prefix", "name", "project__slug", "organization__slug"]
+    readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]
+
+
+@admin.register(ProviderSecret)
+class ProviderSecretAdmin(admin.ModelAdmin):
+    list_display = ["organization", "provider", "api_key_hint", "base_url", "updated_at"]
+    search_fields = ["organization__slug"]
+    exclude = ["api_key_ciphertext"]
+    readonly_fields = ["api_key_hint"]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "organization_slug", "actor_label", "action", "target_label", "ip_address"]
+    list_filter = ["action"]
+    search_fields = ["organization_slug", "actor_label", "action", "target_label", "target_id"]
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,23 @@
+"""django-allauth adapters: sign-up policy, and social logins that never take over
+an existing account by email."""
+
+from allauth.account.adapter import DefaultAccountAdapter
+from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
+from django.conf import settings
+
+
+class AccountAdapter(DefaultAccountAdapter):
+    def is_open_for_signup(self, request) -> bool:
+        return settings.ACCOUNT_ALLOW_SIGNUP
+
+
+class SocialAccountAdapter(DefaultSocialAccountAdapter):
+    def is_open_for_signup(self, request, sociallogin) -> bool:
+        return settings.ACCOUNT_ALLOW_SIGNUP
+
+    def is_auto_signup_allowed(self, request, sociallogin) -> bool:
+        # Sign up straight from the provider only with an address the provider says it
+        # verified; otherwise the sign-up form asks, and email verification applies.
+        if not any(address.verified for address in sociallogin.email_addresses):
+            return False
+        return super().is_auto_signup_allowed(request, sociallogin)

@@ -1,0 +1,39 @@
+"""Live fan-out: one helper that services and tasks call to push an event to the
+open pages of a project or organization, over the Channels layer.
+
+Live updates are a convenience, never the source of truth: a page that reconnects
+re-renders from PostgreSQL. Events carry HTML fragments with ``hx-swap-oob`` (htmx's
+ws extension swaps them by id) and/or JSON data.
+"""
+
+from __future__ import annotations
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+
+def project_group(project_id: int) -> str:
+    return f"project.{project_id}"
+
+
+def organization_group(organization_id: int) -> str:
+    return f"organization.{organization_id}"
+
+
+def _message(event: str, html: str, data: dict | None) -> dict:
+    return {"type": "live.event", "event": event, "html": html, "data": data or {}}
+
+
+def announce(*, project=None, organization=None, event: str, html: str = "", data: dict | None = None) -> None:
+    """Send ``event`` to every open page of ``project`` (or of ``organization``).
+
+    Callable from sync code (services, Celery tasks). Use ``announce_async`` from a
+    running event loop.
+    """
+    group = project_group(project.pk) if project is not None else organization_group(organization.pk)
+    async_to_sync(get_channel_layer().group_send)(group, _message(event, html, data))
+
+
+async def announce_async(*, project=None, organization=None, event: str, html: str = "", data: dict | None = None):
+    group = project_group(project.pk) if project is not None else organization_group(organization.pk)
+    await get_channel_layer().group_send(group, _message(event, html, data))

@@ -1,0 +1,79 @@
+"""Provider secrets: encrypted at rest, never shown again once saved."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentops import crypto
+from agentops.errors import InvalidRequest, NotFound
+from agentops.models import Organization, ProviderSecret
+from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.scoping import dangerously_unscoped
+from agentops.services.audit import audit_record
+
+
+def provider_secret_set(
+    *, organization: Organization, actor, provider: str, api_key: str, base_url: str = "", ip: str | None = None
+) -> ProviderSecret:
+    """Save (or replace) an organization's credentials for ``provider``."""
+    if provider not in ProviderSecret.Provider.values:
+        raise InvalidRequest(f"unknown provider '{provider}'; choose one of {', '.join(ProviderSecret.Provider.values)}")
+    api_key = (api_key or "").strip()
+    if len(api_key) < 8:
+        raise InvalidRequest("the API key looks too short")
+    base_url = (base_url or "").strip()
+    if base_url:
+        try:
+            check_outbound_url(base_url)
+        except UnsafeUrlError as exc:
+            raise InvalidRequest(f"base URL refused: {exc}") from None
+    with transaction.atomic():
+        secret, created = ProviderSecret.objects.select_for_update().get_or_create(
+            organization=organization,
+            provider=provider,
+            defaults={"api_key_ciphertext": "", "api_key_hint": ""},
+        )
+        secret.api_key_ciphertext = crypto.encrypt(api_key)
+        secret.api_key_hint = api_key[-4:]
+        secret.base_url = base_url
+        secret.updated_by = actor
+        secret.updated_at = timezone.now()
+        secret.save()
+        audit_record(organization=organization, actor=actor,
+                     action="provider_secret.create" if created else "provider_secret.update", target=secret,
+                     data={"provider": provider, "base_url": base_url}, ip=ip)
+    return secret
+
+
+def provider_secret_delete(*, organization: Organization, actor, provider: str, ip: str | None = None) -> None:
+    """Delete an organization's credentials for ``provider``."""
+    with transaction.atomic():
+        secret = ProviderSecret.objects.filter(organization=organization, provider=provider).first()
+        if secret is None:
+            raise NotFound(f"no {provider} credentials are saved")
+        audit_record(organization=organization, actor=actor, action="provider_secret.delete", target=secret,
+                     data={"provider": provider}, ip=ip)
+        secret.delete()
+
+
+def provider_credentials(*, organization: Organization, provider: str) -> tuple[str, str] | None:
+    """The decrypted API key and base URL, for the code that calls the provider only.
+    The base URL is checked again here: DNS may have changed since it was saved."""
+    secret = ProviderSecret.objects.filter(organization=organization, provider=provider).first()
+    if secret is None:
+        return None
+    if secret.base_url:
+        check_outbound_url(secret.base_url)
+    return crypto.decrypt(secret.api_key_ciphertext), secret.base_url
+
+
+def rotate_encryption() -> int:
+    """Re-encrypt every stored secret with the newest key; return how many."""
+    count = 0
+    with dangerously_unscoped("key rotation re-encrypts every organization's secrets"), transaction.atomic():
+        for secret in ProviderSecret.objects.select_for_update():
+            secret.api_key_ciphertext = crypto.rotate(secret.api_key_ciphertext)
+            secret.save(update_fields=["api_key_ciphertext"])
+            count += 1
+    return count

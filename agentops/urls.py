@@ -1,0 +1,23 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from agentops import health
+
+urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("admin/", admin.site.urls),
+    path("accounts/", include("allauth.urls")),
+    path("api/v1/", include("agentops.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("", include("agentops.page_urls")),
+    path("o/<slug:org_slug>/p/<slug:project_slug>/runs/", include("runs.urls")),
+    path("o/<slug:org_slug>/p/<slug:project_slug>/evals/", include("evals.urls")),
+    path("o/<slug:org_slug>/p/<slug:project_slug>/jobs/", include("jobs.urls")),
+    path("o/<slug:org_slug>/billing/", include("billing.urls")),
+]
+
+handler404 = "agentops.views.not_found"
+handler500 = "agentops.views.server_error"

@@ -1,0 +1,5 @@
+from django.http import HttpResponse
+
+
+def index(request, **kwargs):
+    return HttpResponse("billing")

@@ -1,0 +1,102 @@
+"""Shared fixtures: an organization with an owner, an admin, a member and a viewer,
+an outsider who belongs to another organization, projects, API keys and clients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from rest_framework.test import APIClient
+
+from agentops.models import ApiKey, Organization, Project
+from agentops.roles import Role
+from agentops.scoping import organization_scope
+from agentops.services.api_keys import api_key_create
+from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
+
+
+@dataclass
+class Tenant:
+    organization: Organization
+    project: Project
+    owner: object
+    admin: object
+    member: object
+    viewer: object
+
+    def user(self, role: str):
+        return getattr(self, role)
+
+
+def _make_tenant(name: str) -> Tenant:
+    organization = OrganizationFactory(name=name.title(), slug=name)
+    users = {}
+    for role in Role.values:
+        user = UserFactory(email=f"{role}@{name}.example.com", username=f"{role}-{name}")
+        MembershipFactory(organization=organization, user=user, role=role)
+        users[role] = user
+    project = ProjectFactory(organization=organization, name=f"{name} agent", slug="agent")
+    return Tenant(organization=organization, project=project, **users)
+
+
+@pytest.fixture
+def tenant(db) -> Tenant:
+    """The organization under test ("acme") with one user per role and a project."""
+    return _make_tenant("acme")
+
+
+@pytest.fixture
+def other_tenant(db) -> Tenant:
+    """Another organization ("globex"): its people are outsiders to ``tenant``."""
+    return _make_tenant("globex")
+
+
+@pytest.fixture
+def outsider(other_tenant):
+    """A user who belongs to another organization only."""
+    return other_tenant.owner
+
+
+@pytest.fixture
+def api_client():
+    return APIClient()
+
+
+@pytest.fixture
+def client_for():
+    """An API client signed in as ``user`` (a session, like the browser)."""
+
+    def make(user) -> APIClient:
+        client = APIClient()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def make_api_key():
+    """Create an API key; returns (key, plaintext)."""
+
+    def make(project: Project, scopes=("ingest", "read", "execute"), **kwargs) -> tuple[ApiKey, str]:
+        with organization_scope(project.organization):
+            return api_key_create(project=project, actor=None, name=kwargs.pop("name", "ci"), scopes=list(scopes),
+                                  **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def key_client(make_api_key):
+    """An API client authenticated with a new key of ``project``."""
+
+    def make(project: Project, scopes=("ingest", "read", "execute")) -> APIClient:
+        _key, raw = make_api_key(project, scopes)
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        return client
+
+    return make
+
+
+__all__ = ["Tenant", "UserFactory", "ProjectFactory", "MembershipFactory"]
