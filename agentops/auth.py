@@ -15,6 +15,15 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
     def is_open_for_signup(self, request, sociallogin) -> bool:
         return settings.ACCOUNT_ALLOW_SIGNUP
 
+    def populate_user(self, request, sociallogin, data):
+        # allauth copies a generic OIDC provider's `email_verified` claim as it comes,
+        # and some providers send it as a string: "false" is truthy, so every
+        # `address.verified` check would trust it (and saving it fails with a 500).
+        # Only a JSON true means verified. This hook runs before any of those checks.
+        for address in sociallogin.email_addresses:
+            address.verified = address.verified is True
+        return super().populate_user(request, sociallogin, data)
+
     def is_auto_signup_allowed(self, request, sociallogin) -> bool:
         # Sign up straight from the provider only with an address the provider says it
         # verified; otherwise the sign-up form asks, and email verification applies.

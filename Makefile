@@ -1,0 +1,45 @@
+# The two commands: `make run` (set up and start with demo data) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test lint format browser-check clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.runtime-installed: requirements.txt | $(PY)
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.dev-installed: requirements.txt requirements-dev.txt | $(PY)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@ $(VENV)/.runtime-installed
+
+## run: install, start embedded PostgreSQL/Redis (unless DATABASE_URL/REDIS_URL), migrate,
+##      create demo data, then serve web + worker + beat until Ctrl-C.
+run: $(VENV)/.runtime-installed
+	DEBUG=$${DEBUG:-true} $(PY) manage.py serve --demo
+
+## test: the whole suite (browser tests run when a Chromium is found).
+test: $(VENV)/.dev-installed browser-check
+	$(PY) -m pytest
+
+browser-check:
+	@if [ -n "$$CHROMIUM_PATH" ] && [ -x "$$CHROMIUM_PATH" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then \
+		echo "Browser tests: Chromium found, they will run."; \
+	else \
+		echo "Browser tests: NO Chromium found; they will be SKIPPED (install Debian's chromium or set CHROMIUM_PATH)."; \
+	fi
+
+lint: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache

@@ -1,0 +1,120 @@
+"""Forms of the server-rendered pages. They only parse input: every rule about what
+may change lives in the services, whose errors the views attach to these forms."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time, timedelta
+
+from django import forms
+
+from agentops.models import ProviderSecret
+from agentops.roles import KEY_SCOPES, Role
+from agentops.services.organizations import role_can_assign
+
+SCOPE_HELP = {
+    "ingest": "ingest: send traces and runs",
+    "read": "read: read runs, evaluations and jobs",
+    "execute": "execute: start replays, experiments and jobs",
+}
+
+
+def assignable_roles(actor_role: str) -> list[tuple[str, str]]:
+    """The roles a member with ``actor_role`` may give others, highest first."""
+    return [(role.value, role.label) for role in Role if role_can_assign(actor_role, role.value)]
+
+
+class OrganizationCreateForm(forms.Form):
+    name = forms.CharField(max_length=100, widget=forms.TextInput(attrs={"autofocus": True}))
+    slug = forms.SlugField(
+        max_length=50, required=False, help_text="Used in URLs. Leave empty to derive it from the name."
+    )
+
+
+class OrganizationRenameForm(forms.Form):
+    name = forms.CharField(max_length=100)
+
+
+class OrganizationDeleteForm(forms.Form):
+    confirm = forms.CharField(label="Type the organization's slug to confirm", max_length=50)
+
+
+class TransferOwnershipForm(forms.Form):
+    membership = forms.TypedChoiceField(label="New owner", coerce=int)
+
+    def __init__(self, *args, memberships=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["membership"].choices = [
+            (membership.pk, f"{membership.user.email} ({membership.get_role_display()})") for membership in memberships
+        ]
+
+
+class ProjectCreateForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    slug = forms.SlugField(
+        max_length=50, required=False, help_text="Used in URLs and exporter settings; it cannot change later."
+    )
+
+
+class ProjectRenameForm(forms.Form):
+    name = forms.CharField(max_length=100)
+
+
+class ProjectDeleteForm(forms.Form):
+    confirm = forms.CharField(label="Type the project's slug to confirm", max_length=50)
+
+
+class ApiKeyCreateForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="Where the key is used, e.g. “production worker”.")
+    scopes = forms.MultipleChoiceField(
+        choices=[(scope, SCOPE_HELP[scope]) for scope in KEY_SCOPES],
+        widget=forms.CheckboxSelectMultiple,
+        initial=["ingest"],
+    )
+    expires_on = forms.DateField(
+        required=False,
+        label="Valid until",
+        help_text="Optional. The key works through this day (UTC).",
+        widget=forms.DateInput(attrs={"type": "date"}),
+    )
+
+    def expires_at(self) -> datetime | None:
+        """The end of the chosen day, UTC: the first moment the key no longer works."""
+        day = self.cleaned_data.get("expires_on")
+        if day is None:
+            return None
+        return datetime.combine(day + timedelta(days=1), time.min, tzinfo=UTC)
+
+
+class InvitationCreateForm(forms.Form):
+    email = forms.EmailField()
+    role = forms.ChoiceField()
+
+    def __init__(self, *args, actor_role: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["role"].choices = assignable_roles(actor_role)
+        self.fields["role"].initial = Role.MEMBER
+
+
+class RoleChangeForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+class ProviderSecretForm(forms.Form):
+    provider = forms.ChoiceField(choices=ProviderSecret.Provider.choices)
+    api_key = forms.CharField(
+        label="API key",
+        max_length=500,
+        strip=True,
+        # Never sent back to the browser, not even after a failed submission.
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+    )
+    base_url = forms.URLField(
+        label="Base URL", required=False, help_text="Optional: a compatible endpoint instead of the provider's own."
+    )
+
+
+class AuditFilterForm(forms.Form):
+    action = forms.CharField(
+        required=False, max_length=64, label="Action starts with",
+        widget=forms.TextInput(attrs={"placeholder": "e.g. api_key. or member."}),
+    )
