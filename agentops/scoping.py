@@ -150,12 +150,14 @@ class TenantManager(models.Manager.from_queryset(TenantQuerySet)):
 class TenantModel(models.Model):
     """Base of every row owned by an organization."""
 
-    organization = models.ForeignKey("agentops.Organization", on_delete=models.CASCADE, related_name="%(app_label)s_%(class)s_set")
+    organization = models.ForeignKey(
+        "agentops.Organization", on_delete=models.CASCADE, related_name="%(app_label)s_%(class)s_set"
+    )
 
     objects = TenantManager()
     # Plain manager for Django internals and factories; code that serves users must
     # not use it (a ruff-visible name makes review easy).
-    dangerously_unscoped_objects = models.Manager()
+    dangerously_unscoped_objects = models.Manager()  # noqa: DJ012 - both are managers
 
     class Meta:
         abstract = True

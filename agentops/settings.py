@@ -282,8 +282,7 @@ def _social_providers() -> dict:
             ]
         except (ValueError, TypeError, KeyError) as exc:
             raise ImproperlyConfigured(
-                "OIDC_PROVIDERS must be a JSON list of objects with id, client_id, "
-                f"secret and server_url: {exc}"
+                f"OIDC_PROVIDERS must be a JSON list of objects with id, client_id, secret and server_url: {exc}"
             ) from None
         providers["openid_connect"] = {"OAUTH_PKCE_ENABLED": True, "APPS": apps}
     return providers
@@ -294,9 +293,7 @@ SOCIALACCOUNT_PROVIDERS = _social_providers()
 # --- Email.
 EMAIL_BACKEND = os.environ.get(
     "EMAIL_BACKEND",
-    "django.core.mail.backends.console.EmailBackend"
-    if DEBUG
-    else "django.core.mail.backends.smtp.EmailBackend",
+    "django.core.mail.backends.console.EmailBackend" if DEBUG else "django.core.mail.backends.smtp.EmailBackend",
 )
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 587)
@@ -323,7 +320,7 @@ REST_FRAMEWORK = {
         "user": os.environ.get("API_RATE_LIMIT_PER_USER", "600/min"),
     },
     "EXCEPTION_HANDLER": "agentops.api.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "agentops.api.schema.PlatformAutoSchema",
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",

@@ -21,7 +21,5 @@ def purge_old_invitations() -> int:
     invitation already refuses acceptance; this keeps the table small)."""
     cutoff = timezone.now() - timedelta(days=30)
     with dangerously_unscoped("periodic clean-up of long-expired invitations"):
-        deleted, _ = Invitation.objects.filter(
-            accepted_at__isnull=True, expires_at__lte=cutoff
-        ).delete()
+        deleted, _ = Invitation.objects.filter(accepted_at__isnull=True, expires_at__lte=cutoff).delete()
     return deleted

@@ -80,8 +80,9 @@ def make_api_key():
 
     def make(project: Project, scopes=("ingest", "read", "execute"), **kwargs) -> tuple[ApiKey, str]:
         with organization_scope(project.organization):
-            return api_key_create(project=project, actor=None, name=kwargs.pop("name", "ci"), scopes=list(scopes),
-                                  **kwargs)
+            return api_key_create(
+                project=project, actor=None, name=kwargs.pop("name", "ci"), scopes=list(scopes), **kwargs
+            )
 
     return make
 
@@ -99,4 +100,15 @@ def key_client(make_api_key):
     return make
 
 
-__all__ = ["Tenant", "UserFactory", "ProjectFactory", "MembershipFactory"]
+@pytest.fixture
+def celery_worker(transactional_db):
+    """A real Celery worker (in a thread of this process) consuming from the real Redis
+    broker, with the test database committed so it sees the test's rows."""
+    from celery.contrib.testing.worker import start_worker
+
+    from agentops.celery import app
+
+    with start_worker(
+        app, pool="solo", concurrency=1, perform_ping_check=False, loglevel="WARNING", shutdown_timeout=30
+    ):
+        yield app

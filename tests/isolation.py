@@ -1,9 +1,9 @@
 """The tenant-isolation checks every API resource inherits (NetBox-style).
 
 A resource's test class inherits the checks of the operations it has
-(``TenantIsolationChecks`` for all of them) and gets tests that another organization's object is a 404 on read, update and
-delete, that lists exclude it, and that an ``organization`` field in a request body
-is ignored.
+(``TenantIsolationChecks`` for all of them) and gets tests that another
+organization's object is a 404 on read, update and delete, that lists exclude it,
+and that an ``organization`` field in a request body is ignored.
 """
 
 from __future__ import annotations

@@ -40,3 +40,6 @@ EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticFilesStorage"  # noqa: F405
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True
+# Close connections after each use so threads of the async tests hold none open when
+# the test database is dropped.
+DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405

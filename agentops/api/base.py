@@ -18,8 +18,6 @@ from agentops.models import ApiKey
 from agentops.scoping import TenantQuerySet, enter_organization_scope, reset_scope
 
 
-
-
 class OrganizationEndpoint(generics.GenericAPIView):
     """An endpoint under ``/api/v1/organizations/{org_slug}/``."""
 

@@ -63,8 +63,17 @@ class InvitationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Invitation
-        fields = ["id", "email", "role", "status", "invited_by", "created_at", "expires_at", "accepted_at",
-                  "revoked_at"]
+        fields = [
+            "id",
+            "email",
+            "role",
+            "status",
+            "invited_by",
+            "created_at",
+            "expires_at",
+            "accepted_at",
+            "revoked_at",
+        ]
 
 
 class InvitationCreateSerializer(serializers.Serializer):
@@ -99,8 +108,18 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ApiKey
-        fields = ["id", "name", "prefix", "scopes", "status", "created_by", "created_at", "last_used_at",
-                  "expires_at", "revoked_at"]
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "scopes",
+            "status",
+            "created_by",
+            "created_at",
+            "last_used_at",
+            "expires_at",
+            "revoked_at",
+        ]
 
 
 class ApiKeyCreatedSerializer(ApiKeySerializer):
@@ -134,5 +153,14 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AuditEvent
-        fields = ["id", "created_at", "actor", "action", "target_type", "target_id", "target_label", "data",
-                  "ip_address"]
+        fields = [
+            "id",
+            "created_at",
+            "actor",
+            "action",
+            "target_type",
+            "target_id",
+            "target_label",
+            "data",
+            "ip_address",
+        ]

@@ -32,23 +32,30 @@ class MeView(APIView):
     def get(self, request):
         if isinstance(request.auth, ApiKey):
             key = request.auth
-            return Response({
-                "type": "api_key",
-                "api_key": {"id": key.pk, "name": key.name, "prefix": key.prefix, "scopes": key.scopes,
-                            "expires_at": key.expires_at},
-                "organization": key.organization.slug,
-                "project": key.project.slug,
-            })
-        memberships = Membership.dangerously_unscoped_objects.filter(user=request.user).select_related(
-            "organization"
+            return Response(
+                {
+                    "type": "api_key",
+                    "api_key": {
+                        "id": key.pk,
+                        "name": key.name,
+                        "prefix": key.prefix,
+                        "scopes": key.scopes,
+                        "expires_at": key.expires_at,
+                    },
+                    "organization": key.organization.slug,
+                    "project": key.project.slug,
+                }
+            )
+        memberships = Membership.dangerously_unscoped_objects.filter(user=request.user).select_related("organization")
+        return Response(
+            {
+                "type": "user",
+                "user": {"id": request.user.pk, "email": request.user.email},
+                "organizations": [
+                    {"slug": m.organization.slug, "name": m.organization.name, "role": m.role} for m in memberships
+                ],
+            }
         )
-        return Response({
-            "type": "user",
-            "user": {"id": request.user.pk, "email": request.user.email},
-            "organizations": [
-                {"slug": m.organization.slug, "name": m.organization.name, "role": m.role} for m in memberships
-            ],
-        })
 
 
 class OrganizationListView(APIView):
@@ -86,7 +93,9 @@ class OrganizationDetailView(OrganizationEndpoint):
     serializer_class = s.OrganizationSerializer
 
     def _body(self):
-        return s.OrganizationSerializer(self.organization, context={"roles": {self.organization.pk: self.access.role}}).data
+        return s.OrganizationSerializer(
+            self.organization, context={"roles": {self.organization.pk: self.access.role}}
+        ).data
 
     def get(self, request, org_slug):
         return Response(self._body())
@@ -94,15 +103,17 @@ class OrganizationDetailView(OrganizationEndpoint):
     @extend_schema(request=s.OrganizationUpdateSerializer)
     def patch(self, request, org_slug):
         data = _validated(s.OrganizationUpdateSerializer, request.data)
-        organizations.organization_update(organization=self.organization, actor=request.user, name=data["name"],
-                                          ip=self.client_ip)
+        organizations.organization_update(
+            organization=self.organization, actor=request.user, name=data["name"], ip=self.client_ip
+        )
         return Response(self._body())
 
     @extend_schema(request=s.OrganizationDeleteSerializer, responses={204: None})
     def delete(self, request, org_slug):
         data = _validated(s.OrganizationDeleteSerializer, request.data)
-        organizations.organization_delete(organization=self.organization, actor=request.user,
-                                          confirm_slug=data["confirm"], ip=self.client_ip)
+        organizations.organization_delete(
+            organization=self.organization, actor=request.user, confirm_slug=data["confirm"], ip=self.client_ip
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -151,15 +162,18 @@ class MemberDetailView(OrganizationEndpoint):
     def patch(self, request, org_slug, membership_id):
         data = _validated(s.MembershipUpdateSerializer, request.data)
         membership = organizations.membership_change_role(
-            actor_membership=self.access.membership, membership=self.get_object(), role=data["role"],
+            actor_membership=self.access.membership,
+            membership=self.get_object(),
+            role=data["role"],
             ip=self.client_ip,
         )
         return Response(self.get_serializer(membership).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request, org_slug, membership_id):
-        organizations.membership_remove(actor_membership=self.access.membership, membership=self.get_object(),
-                                        ip=self.client_ip)
+        organizations.membership_remove(
+            actor_membership=self.access.membership, membership=self.get_object(), ip=self.client_ip
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -179,8 +193,11 @@ class InvitationListView(OrganizationEndpoint):
     def post(self, request, org_slug):
         data = _validated(s.InvitationCreateSerializer, request.data)
         invitation, _token = invitations.invitation_create(
-            actor_membership=self.access.membership, email=data["email"], role=data["role"],
-            base_url=request.build_absolute_uri("/"), ip=self.client_ip,
+            actor_membership=self.access.membership,
+            email=data["email"],
+            role=data["role"],
+            base_url=request.build_absolute_uri("/"),
+            ip=self.client_ip,
         )
         return Response(self.get_serializer(invitation).data, status=status.HTTP_201_CREATED)
 
@@ -197,8 +214,9 @@ class InvitationDetailView(OrganizationEndpoint):
         return Response(self.get_serializer(self.get_object()).data)
 
     def delete(self, request, org_slug, invitation_id):
-        invitation = invitations.invitation_revoke(actor_membership=self.access.membership,
-                                                   invitation=self.get_object(), ip=self.client_ip)
+        invitation = invitations.invitation_revoke(
+            actor_membership=self.access.membership, invitation=self.get_object(), ip=self.client_ip
+        )
         return Response(self.get_serializer(invitation).data)
 
 
@@ -210,8 +228,9 @@ class InvitationAcceptView(APIView):
     def post(self, request):
         OrganizationListView._refuse_keys(request)
         data = _validated(s.InvitationAcceptSerializer, request.data)
-        membership = invitations.invitation_accept(token=data["token"], user=request.user,
-                                                   ip=request.META.get("REMOTE_ADDR"))
+        membership = invitations.invitation_accept(
+            token=data["token"], user=request.user, ip=request.META.get("REMOTE_ADDR")
+        )
         with organization_scope(membership.organization):
             return Response({"organization": membership.organization.slug, **s.MembershipSerializer(membership).data})
 
@@ -231,8 +250,13 @@ class ProjectListView(OrganizationEndpoint):
     @idempotent
     def post(self, request, org_slug):
         data = _validated(s.ProjectCreateSerializer, request.data)
-        project = organizations.project_create(organization=self.organization, actor=request.user,
-                                               name=data["name"], slug=data.get("slug") or None, ip=self.client_ip)
+        project = organizations.project_create(
+            organization=self.organization,
+            actor=request.user,
+            name=data["name"],
+            slug=data.get("slug") or None,
+            ip=self.client_ip,
+        )
         return Response(self.get_serializer(project).data, status=status.HTTP_201_CREATED)
 
 
@@ -248,8 +272,9 @@ class ProjectDetailView(ProjectEndpoint):
     @extend_schema(request=s.ProjectUpdateSerializer)
     def patch(self, request, org_slug, project_slug):
         data = _validated(s.ProjectUpdateSerializer, request.data)
-        project = organizations.project_update(project=self.project, actor=request.user, name=data["name"],
-                                               ip=self.client_ip)
+        project = organizations.project_update(
+            project=self.project, actor=request.user, name=data["name"], ip=self.client_ip
+        )
         return Response(self.get_serializer(project).data)
 
     @extend_schema(responses={204: None})
@@ -274,8 +299,12 @@ class ApiKeyListView(ProjectEndpoint):
         # Not idempotent on purpose: replaying the response would reveal the key again.
         data = _validated(s.ApiKeyCreateSerializer, request.data)
         key, raw_key = api_keys.api_key_create(
-            project=self.project, actor=request.user, name=data["name"], scopes=data["scopes"],
-            expires_at=data.get("expires_at"), ip=self.client_ip,
+            project=self.project,
+            actor=request.user,
+            name=data["name"],
+            scopes=data["scopes"],
+            expires_at=data.get("expires_at"),
+            ip=self.client_ip,
         )
         key.key = raw_key
         return Response(s.ApiKeyCreatedSerializer(key).data, status=status.HTTP_201_CREATED)
@@ -323,15 +352,21 @@ class ProviderSecretDetailView(OrganizationEndpoint):
     @extend_schema(request=s.ProviderSecretWriteSerializer)
     def put(self, request, org_slug, provider):
         data = _validated(s.ProviderSecretWriteSerializer, request.data)
-        secret = secrets.provider_secret_set(organization=self.organization, actor=request.user, provider=provider,
-                                             api_key=data["api_key"], base_url=data.get("base_url", ""),
-                                             ip=self.client_ip)
+        secret = secrets.provider_secret_set(
+            organization=self.organization,
+            actor=request.user,
+            provider=provider,
+            api_key=data["api_key"],
+            base_url=data.get("base_url", ""),
+            ip=self.client_ip,
+        )
         return Response(self.get_serializer(secret).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request, org_slug, provider):
-        secrets.provider_secret_delete(organization=self.organization, actor=request.user, provider=provider,
-                                       ip=self.client_ip)
+        secrets.provider_secret_delete(
+            organization=self.organization, actor=request.user, provider=provider, ip=self.client_ip
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -60,7 +60,10 @@ def world(tenant):
     extra_member = MembershipFactory(organization=organization, user=UserFactory(), role="member")
     with organization_scope(organization):
         invitation = Invitation.objects.create(
-            organization=organization, email="pending@example.com", role="member", token_hash="x" * 64,
+            organization=organization,
+            email="pending@example.com",
+            role="member",
+            token_hash="x" * 64,
             expires_at=timezone.now() + timedelta(days=1),
         )
         key, _ = api_key_create(project=tenant.project, actor=None, name="existing", scopes=["read"])

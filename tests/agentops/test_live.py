@@ -1,0 +1,107 @@
+"""The live WebSocket: members join their project's group; anyone else is refused."""
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser
+
+from agentops.asgi import application
+from agentops.consumers import CLOSE_FORBIDDEN
+from agentops.live import announce_async
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+async def _close_worker_thread_connections():
+    """Database calls of async code run in asgiref's worker thread; close its
+    connection so the test database can be dropped at the end."""
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()
+
+
+async def _connect(path: str, user):
+    # The session cookie path is covered by the browser tests; here the user is put in
+    # the scope the way AuthMiddlewareStack would.
+    communicator = WebsocketCommunicator(_router(), path)
+    communicator.scope["user"] = user
+    return communicator
+
+
+def _router():
+    from channels.routing import URLRouter
+
+    from agentops.routing import websocket_urlpatterns
+
+    return URLRouter(websocket_urlpatterns)
+
+
+async def test_member_receives_events_announced_to_the_project(tenant):
+    communicator = await _connect(f"/ws/o/acme/p/{tenant.project.slug}/", tenant.viewer)
+    connected, _ = await communicator.connect()
+    assert connected
+    await announce_async(project=tenant.project, event="run.created", data={"id": 7})
+    assert await communicator.receive_json_from(timeout=5) == {"event": "run.created", "data": {"id": 7}}
+    await announce_async(project=tenant.project, event="run.step", html='<div id="x" hx-swap-oob="true">1</div>')
+    assert await communicator.receive_from(timeout=5) == '<div id="x" hx-swap-oob="true">1</div>'
+    await communicator.disconnect()
+
+
+async def test_user_of_another_organization_is_refused(tenant, other_tenant):
+    communicator = await _connect(f"/ws/o/acme/p/{tenant.project.slug}/", other_tenant.owner)
+    connected, code = await communicator.connect()
+    assert not connected
+    assert code == CLOSE_FORBIDDEN
+    await communicator.disconnect()
+
+
+async def test_refused_user_never_receives_the_projects_events(tenant, other_tenant):
+    # Same project slug in both organizations: the outsider connects to their own.
+    own = await _connect(f"/ws/o/globex/p/{other_tenant.project.slug}/", other_tenant.owner)
+    assert (await own.connect())[0]
+    await announce_async(project=tenant.project, event="secret", data={})
+    assert await own.receive_nothing(timeout=0.5)
+    await own.disconnect()
+
+
+async def test_anonymous_and_unknown_project_are_refused(tenant):
+    anonymous = await _connect("/ws/o/acme/", AnonymousUser())
+    assert (await anonymous.connect()) == (False, CLOSE_FORBIDDEN)
+    missing = await _connect("/ws/o/acme/p/nope/", tenant.owner)
+    assert (await missing.connect()) == (False, CLOSE_FORBIDDEN)
+
+
+def test_asgi_application_routes_websockets_through_auth_and_origin_checks():
+    assert set(application.application_mapping) == {"http", "websocket"}
+
+
+async def _session_cookie(user) -> bytes:
+    from asgiref.sync import sync_to_async
+    from django.test import Client
+
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def test_full_asgi_stack_accepts_member_session_and_refuses_outsider(tenant, other_tenant):
+    path = f"/ws/o/acme/p/{tenant.project.slug}/"
+    member = WebsocketCommunicator(
+        application, path, headers=[(b"cookie", await _session_cookie(tenant.member)), (b"origin", b"http://localhost")]
+    )
+    assert (await member.connect())[0]
+    await member.disconnect()
+    outsider = WebsocketCommunicator(
+        application,
+        path,
+        headers=[(b"cookie", await _session_cookie(other_tenant.member)), (b"origin", b"http://localhost")],
+    )
+    assert (await outsider.connect()) == (False, CLOSE_FORBIDDEN)
+    foreign_origin = WebsocketCommunicator(
+        application,
+        path,
+        headers=[(b"cookie", await _session_cookie(tenant.member)), (b"origin", b"http://evil.example")],
+    )
+    assert not (await foreign_origin.connect())[0]

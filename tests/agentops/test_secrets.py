@@ -1,0 +1,82 @@
+"""Provider secrets: encrypted at rest, never returned, rotated to the newest key."""
+
+import pytest
+from cryptography.fernet import Fernet
+from django.core.management import call_command
+
+from agentops import crypto
+from agentops.models import AuditEvent, ProviderSecret
+from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.scoping import dangerously_unscoped, organization_scope
+from agentops.services.secrets import provider_credentials, provider_secret_set
+
+PLAINTEXT = "sk-mistral-very-secret-4242"
+
+
+def _url(tenant, provider="mistral"):
+    return f"/api/v1/organizations/{tenant.organization.slug}/provider-secrets/{provider}/"
+
+
+def test_secret_is_encrypted_at_rest_and_never_returned(tenant, client_for):
+    client = client_for(tenant.admin)
+    response = client.put(_url(tenant), {"api_key": PLAINTEXT, "base_url": "http://127.0.0.1:9/v1"}, format="json")
+    assert response.status_code == 200
+    assert PLAINTEXT not in response.content.decode()
+    assert response.json()["api_key_hint"] == "4242"
+    for body in (client.get(_url(tenant)).content, client.get(_url(tenant).rsplit("mistral/", 1)[0]).content):
+        assert PLAINTEXT.encode() not in body
+    row = ProviderSecret.dangerously_unscoped_objects.filter(organization=tenant.organization).values().get()
+    assert PLAINTEXT not in str(row)
+    assert crypto.decrypt(row["api_key_ciphertext"]) == PLAINTEXT
+    with organization_scope(tenant.organization):
+        assert provider_credentials(organization=tenant.organization, provider="mistral") == (
+            PLAINTEXT,
+            "http://127.0.0.1:9/v1",
+        )
+        event = AuditEvent.objects.get(action="provider_secret.create")
+    assert PLAINTEXT not in str(event.data)
+
+
+def test_unknown_provider_is_a_clear_400(tenant, client_for):
+    response = client_for(tenant.admin).put(_url(tenant, "nope"), {"api_key": PLAINTEXT}, format="json")
+    assert response.status_code == 400
+    assert "unknown provider 'nope'" in response.json()["error"]["message"]
+
+
+def test_private_base_url_is_refused_unless_allowed(tenant, client_for, settings):
+    settings.ALLOW_PRIVATE_PROVIDER_URLS = False
+    for url in ("http://127.0.0.1:8080/v1", "http://10.0.0.5/v1", "http://169.254.169.254/latest", "http://[::1]/"):
+        response = client_for(tenant.admin).put(_url(tenant), {"api_key": PLAINTEXT, "base_url": url}, format="json")
+        assert response.status_code == 400, url
+        assert "private or reserved address" in response.json()["error"]["message"]
+    assert not ProviderSecret.dangerously_unscoped_objects.exists()
+
+
+def test_outbound_url_check_accepts_public_addresses_and_rejects_bad_schemes():
+    assert check_outbound_url("https://8.8.8.8/v1", allow_private=False) == "https://8.8.8.8/v1"
+    for bad in ("ftp://example.com", "file:///etc/passwd", "http://user:pw@8.8.8.8/"):
+        with pytest.raises(UnsafeUrlError):
+            check_outbound_url(bad, allow_private=False)
+
+
+def test_rotation_reencrypts_every_secret_with_the_newest_key(tenant, other_tenant, settings, capsys):
+    old_key = settings.ENCRYPTION_KEYS[0]
+    for t in (tenant, other_tenant):
+        with organization_scope(t.organization):
+            provider_secret_set(
+                organization=t.organization,
+                actor=None,
+                provider="mistral",
+                api_key=f"{PLAINTEXT}-{t.organization.slug}",
+            )
+    new_key = Fernet.generate_key().decode()
+    settings.ENCRYPTION_KEYS = [new_key, old_key]
+    call_command("rotate_encryption_keys")
+    assert "Re-encrypted 2 secret(s)" in capsys.readouterr().out
+    settings.ENCRYPTION_KEYS = [new_key]  # the old key is retired
+    with dangerously_unscoped("test checks every tenant's ciphertext"):
+        secrets = list(ProviderSecret.objects.order_by("organization__slug"))
+    assert [crypto.decrypt(s.api_key_ciphertext) for s in secrets] == [f"{PLAINTEXT}-acme", f"{PLAINTEXT}-globex"]
+    settings.ENCRYPTION_KEYS = [old_key]
+    with pytest.raises(crypto.DecryptionError):
+        crypto.decrypt(secrets[0].api_key_ciphertext)

@@ -1,0 +1,96 @@
+"""Start-up: production settings pass `check --deploy`; unreachable servers give one line."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _manage(*args, env_overrides, timeout=120):
+    # tests/settings.py relaxes some settings through the environment; start from the
+    # environment the suite was given, without those.
+    relaxed = {
+        "DJANGO_SETTINGS_MODULE",
+        "SECURE_SSL_REDIRECT",
+        "SESSION_COOKIE_SECURE",
+        "CSRF_COOKIE_SECURE",
+        "ALLOW_PRIVATE_PROVIDER_URLS",
+        "DEBUG",
+        "SECRET_KEY",
+        "ENCRYPTION_KEYS",
+    }
+    env = {k: v for k, v in os.environ.items() if k not in relaxed}
+    env.update(env_overrides)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_production_settings_pass_check_deploy_without_warnings(tmp_path):
+    result = _manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        env_overrides={
+            "DEBUG": "false",
+            "SECRET_KEY": Fernet.generate_key().decode() + Fernet.generate_key().decode(),
+            "ENCRYPTION_KEYS": Fernet.generate_key().decode(),
+            "ALLOWED_HOSTS": "agentops.example.com",
+            # A server that is not there: `check` must not need one.
+            "DATABASE_URL": "postgres://u:p@127.0.0.1:1/agentops",
+            "REDIS_URL": "redis://127.0.0.1:1/0",
+        },
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
+def test_unreachable_database_url_gives_one_clear_line():
+    result = _manage(
+        "migrate",
+        env_overrides={
+            "DEBUG": "true",
+            "DATABASE_URL": "postgres://agent:hunter2@127.0.0.1:1/agentops",
+            "REDIS_URL": "redis://127.0.0.1:1/0",
+        },
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("agentops: DATABASE_URL postgres://agent:***@127.0.0.1:1/agentops cannot be reached: ")
+    assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unreachable_redis_url_gives_one_clear_line():
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    database_url = f"postgresql://{db['USER']}@/{db['NAME']}?host={db['HOST']}&port={db['PORT']}"
+    result = _manage(
+        "migrate",
+        "--check",
+        env_overrides={"DEBUG": "true", "DATABASE_URL": database_url, "REDIS_URL": "redis://:pw@127.0.0.1:1/0"},
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("agentops: REDIS_URL redis://:***@127.0.0.1:1/0 cannot be reached: ")
+
+
+def test_missing_secret_key_in_production_is_refused():
+    result = _manage(
+        "check",
+        env_overrides={
+            "DEBUG": "false",
+            "SECRET_KEY": "",
+            "DATABASE_URL": "postgres://x@h/d",
+            "REDIS_URL": "redis://h:1/0",
+        },
+    )
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
