@@ -233,8 +233,7 @@ ACCOUNT_EMAIL_SUBJECT_PREFIX = "[AgentOps Studio] "
 ACCOUNT_DEFAULT_HTTP_PROTOCOL = "http" if DEBUG else "https"
 ACCOUNT_ALLOW_SIGNUP = env_bool("ACCOUNT_ALLOW_SIGNUP", True)
 ACCOUNT_ADAPTER = "agentops.auth.AccountAdapter"
-SOCIALACCOUNT_ALLOW_SIGNUP = env_bool("ACCOUNT_ALLOW_SIGNUP", True)
-ACCOUNT_ADAPTER = "agentops.auth.SocialAccountAdapter"
+SOCIALACCOUNT_ADAPTER = "agentops.auth.SocialAccountAdapter"
 # An untrusted provider must never log into or connect to a local account by email.
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
 SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False

@@ -43,3 +43,6 @@ WHITENOISE_AUTOREFRESH = True
 # Close connections after each use so threads of the async tests hold none open when
 # the test database is dropped.
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+# allauth's login and sign-up rate limits live in the shared cache and would carry over
+# from one test to the next.
+ACCOUNT_RATE_LIMITS = False
