@@ -1,0 +1,78 @@
+"""Operator commands, demo data and the append-only audit log."""
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import DatabaseError, transaction
+
+from agentops.models import AuditEvent, Membership, Organization, Project
+from agentops.scoping import dangerously_unscoped, organization_scope
+from agentops.services.audit import audit_record
+from agentops.services.demo import demo_seed
+
+
+def test_create_organization_creates_owner_with_one_time_password(db, capsys, client):
+    call_command("create_organization", "initech", "--owner", "Peter@Initech.example")
+    out = capsys.readouterr().out
+    assert "Created organization initech owned by peter@initech.example" in out
+    password = out.split("one-time password (change it after logging in): ")[1].strip()
+    organization = Organization.objects.get(slug="initech")
+    with organization_scope(organization):
+        assert Membership.objects.get().role == "owner"
+    response = client.post("/accounts/login/", {"login": "peter@initech.example", "password": password})
+    assert response.status_code == 302
+    assert client.get("/api/v1/me/").json()["organizations"] == [
+        {"slug": "initech", "name": "Initech", "role": "owner"}
+    ]
+
+
+def test_create_organization_for_existing_user_prints_no_password(tenant, capsys):
+    call_command("create_organization", "second", "--owner", tenant.viewer.email)
+    assert "password" not in capsys.readouterr().out
+
+
+def test_create_project_and_errors_are_one_line(tenant, capsys):
+    call_command("create_project", "acme/support-bot")
+    assert "Created project acme/support-bot" in capsys.readouterr().out
+    with organization_scope(tenant.organization):
+        assert Project.objects.filter(slug="support-bot", name="Support Bot").exists()
+    with pytest.raises(CommandError, match="already exists"):
+        call_command("create_project", "acme/support-bot")
+    with pytest.raises(CommandError, match="no organization with the slug 'nope'"):
+        call_command("create_project", "nope/x")
+    with pytest.raises(CommandError, match="expected <org_slug>/<project_slug>"):
+        call_command("create_project", "just-a-slug")
+
+
+def test_demo_seed_is_repeatable_and_its_key_works(db, client):
+    first = demo_seed()
+    second = demo_seed()
+    assert first.api_key != second.api_key
+    assert client.get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {first.api_key}").status_code == 401
+    me = client.get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {second.api_key}").json()
+    assert (me["organization"], me["project"]) == ("demo", "demo-agent")
+    assert client.post("/accounts/login/", {"login": second.email, "password": second.password}).status_code == 302
+
+
+def test_audit_log_refuses_updates_and_deletes(tenant):
+    event = audit_record(organization=tenant.organization, actor=tenant.owner, action="test.event")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEvent.dangerously_unscoped_objects.filter(pk=event.pk).update(action="forged")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEvent.dangerously_unscoped_objects.filter(pk=event.pk).delete()
+    assert AuditEvent.dangerously_unscoped_objects.get(pk=event.pk).action == "test.event"
+
+
+def test_audit_events_outlive_their_organization(tenant, client_for):
+    response = client_for(tenant.owner).delete("/api/v1/organizations/acme/", {"confirm": "acme"}, format="json")
+    assert response.status_code == 204
+    assert not Organization.objects.filter(slug="acme").exists()
+    with dangerously_unscoped("staff reads the log of a deleted organization"):
+        actions = set(AuditEvent.objects.filter(organization_slug="acme").values_list("action", flat=True))
+    assert "organization.delete" in actions
+
+
+def test_deleting_organization_needs_its_slug_as_confirmation(tenant, client_for):
+    response = client_for(tenant.owner).delete("/api/v1/organizations/acme/", {"confirm": "ACME"}, format="json")
+    assert response.status_code == 400
+    assert Organization.objects.filter(slug="acme").exists()

@@ -1,0 +1,62 @@
+"""The embedded servers: started by the first process that needs them, stopped by the last."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import psycopg
+import redis
+
+from agentops.embedded import EmbeddedPostgres, EmbeddedRedis
+
+
+def _wait_gone(pid: int, timeout: float = 30) -> None:
+    try:
+        psutil.Process(pid).wait(timeout=timeout)
+    except psutil.NoSuchProcess:
+        pass  # Already gone.
+    except psutil.TimeoutExpired:
+        raise AssertionError(f"process {pid} still runs") from None
+
+
+def test_embedded_redis_is_real_and_stops_when_its_last_user_leaves(tmp_path):
+    server = EmbeddedRedis(tmp_path / "redis")
+    url = server.acquire()
+    client = redis.Redis.from_url(url)
+    client.set("answer", 42)
+    assert client.get("answer") == b"42"
+    assert url.startswith("redis://:") and "@127.0.0.1:" in url  # password-protected, loopback only
+    pid = server._state()["pid"]
+    server.release()
+    _wait_gone(pid)
+
+
+def test_embedded_redis_stays_up_while_another_process_uses_it(tmp_path):
+    folder = tmp_path / "redis"
+    server = EmbeddedRedis(folder)
+    url = server.acquire()
+    # A second process attaches to the same server and exits: the server must survive.
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from agentops.embedded import EmbeddedRedis
+        print(EmbeddedRedis(Path({str(folder)!r})).acquire())
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=os.getcwd())
+    assert result.stdout.strip() == url, result.stderr
+    assert redis.Redis.from_url(url).ping()
+    pid = server._state()["pid"]
+    server.release()
+    _wait_gone(pid)
+
+
+def test_embedded_postgres_is_real_and_stops_when_its_last_user_leaves(tmp_path):
+    server = EmbeddedPostgres(tmp_path / "postgres")
+    address = server.acquire()
+    with psycopg.connect(address.url()) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+    assert int(version.split(".")[0]) >= 15
+    postmaster_pid = int((tmp_path / "postgres" / "pgdata" / "postmaster.pid").read_text().split()[0])
+    server.release()
+    _wait_gone(postmaster_pid)
