@@ -42,8 +42,7 @@ class InvitationAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ["prefix", "name", "project", "organization", "scopes", "created_at", "last_used_at",
-                    "revoked_at"]
+    list_display = ["prefix", "name", "project", "organization", "scopes", "created_at", "last_used_at", "revoked_at"]
     search_fields = ["prefix", "name", "project__slug", "organization__slug"]
     readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]
 

@@ -21,8 +21,7 @@ def _fernet() -> MultiFernet:
         return MultiFernet([Fernet(key.encode()) for key in settings.ENCRYPTION_KEYS])
     except (ValueError, TypeError) as exc:
         raise ImproperlyConfigured(
-            "ENCRYPTION_KEYS must be comma-separated Fernet keys "
-            "(python manage.py generate_encryption_key makes one)"
+            "ENCRYPTION_KEYS must be comma-separated Fernet keys (python manage.py generate_encryption_key makes one)"
         ) from exc
 
 

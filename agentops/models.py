@@ -157,9 +157,7 @@ class AuditEvent(TenantModel):
     """Append-only record of who did what. A database trigger refuses updates and
     deletes; events outlive the organization they describe (no foreign-key cascade)."""
 
-    organization = models.ForeignKey(
-        Organization, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
-    )
+    organization = models.ForeignKey(Organization, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
     organization_slug = models.CharField(max_length=50)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
@@ -198,6 +196,4 @@ class IdempotencyRecord(TenantModel):
     expires_at = models.DateTimeField(db_index=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["organization", "client", "key"], name="idempotency_unique_key")
-        ]
+        constraints = [models.UniqueConstraint(fields=["organization", "client", "key"], name="idempotency_unique_key")]

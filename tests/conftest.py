@@ -112,3 +112,4 @@ def celery_worker(transactional_db):
         app, pool="solo", concurrency=1, perform_ping_check=False, loglevel="WARNING", shutdown_timeout=30
     ):
         yield app
+

@@ -11,22 +11,36 @@ The provider's authorization form only asks for a subject (``sub``); a test choo
 claims a subject gets (email, email_verified, ...) by storing them first with
 ``set_user`` (the provider's ``PUT /users/{sub}``), then submits the form as that subject.
 
-Use in a test module::
+Use in a test module (assigning the fixtures makes pytest find them there)::
 
-    from tests.oidc_provider import mock_idp, oidc_provider  # noqa: F401 (fixtures)
+    from tests import oidc_provider as local_idp
+
+    oidc_provider = local_idp.oidc_provider
+    mock_idp = local_idp.mock_idp
 """
 
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 import requests
 import werkzeug.serving
-from oidc_provider_mock import app as oidc_provider_app
+
+with warnings.catch_warnings():
+    # oidc-provider-mock 0.3.4 imports authlib.jose, which authlib deprecates; not ours.
+    # authlib.deprecate installs an "always" filter when imported, so import it first.
+    import authlib.deprecate  # noqa: F401
+
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from oidc_provider_mock import app as oidc_provider_app
+
+# The provider's own code calls authlib APIs that authlib deprecates; not ours to fix.
+IGNORE_PROVIDER_WARNINGS = pytest.mark.filterwarnings("ignore::DeprecationWarning:authlib.*")
 
 PROVIDER_ID = "mock"
 LOGIN_PATH = f"/accounts/oidc/{PROVIDER_ID}/login/"
@@ -57,7 +71,14 @@ class OidcProvider:
 
     def deny(self, authorize_url: str) -> str:
         """Press "Deny" on the authorization form; return the callback path and query."""
-        return self._submit(authorize_url, {"action": "deny"})
+        callback = self._submit(authorize_url, {"action": "deny"})
+        # oidc-provider-mock 0.3.4 leaves `state` out of its error redirect, which RFC 6749
+        # (4.1.2.1) requires and real providers send; without it allauth cannot tell a
+        # cancelled login from a forged callback. Add it back as a real provider would.
+        state = parse_qs(urlsplit(authorize_url).query)["state"][0]
+        if "state=" not in urlsplit(callback).query:
+            callback = f"{callback}&{urlencode({'state': state})}"
+        return callback
 
     def _submit(self, authorize_url: str, form: dict[str, str]) -> str:
         if not authorize_url.startswith(f"{self.url}/"):

@@ -10,7 +10,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -19,174 +18,318 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Organization',
+            name="Organization",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('slug', models.SlugField(unique=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                ("slug", models.SlugField(unique=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Project',
+            name="Project",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('slug', models.SlugField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='%(app_label)s_%(class)s_set', to='agentops.organization')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                ("slug", models.SlugField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="%(app_label)s_%(class)s_set",
+                        to="agentops.organization",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('dangerously_unscoped_objects', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('prefix', models.CharField(max_length=16)),
-                ('key_hash', models.CharField(max_length=64, unique=True)),
-                ('scopes', django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=16), size=None)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='%(app_label)s_%(class)s_set', to='agentops.organization')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_keys', to='agentops.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                ("prefix", models.CharField(max_length=16)),
+                ("key_hash", models.CharField(max_length=64, unique=True)),
+                (
+                    "scopes",
+                    django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=16), size=None),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="%(app_label)s_%(class)s_set",
+                        to="agentops.organization",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="api_keys", to="agentops.project"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('dangerously_unscoped_objects', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='ProviderSecret',
+            name="ProviderSecret",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('provider', models.CharField(choices=[('mistral', 'Mistral')], max_length=32)),
-                ('api_key_ciphertext', models.TextField()),
-                ('api_key_hint', models.CharField(help_text='Last characters of the key, to recognise it.', max_length=8)),
-                ('base_url', models.URLField(blank=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='%(app_label)s_%(class)s_set', to='agentops.organization')),
-                ('updated_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("provider", models.CharField(choices=[("mistral", "Mistral")], max_length=32)),
+                ("api_key_ciphertext", models.TextField()),
+                (
+                    "api_key_hint",
+                    models.CharField(help_text="Last characters of the key, to recognise it.", max_length=8),
+                ),
+                ("base_url", models.URLField(blank=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="%(app_label)s_%(class)s_set",
+                        to="agentops.organization",
+                    ),
+                ),
+                (
+                    "updated_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['provider'],
+                "ordering": ["provider"],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('dangerously_unscoped_objects', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='Membership',
+            name="Membership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('owner', 'Owner'), ('admin', 'Admin'), ('member', 'Member'), ('viewer', 'Viewer')], max_length=16)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='agentops.organization')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("owner", "Owner"), ("admin", "Admin"), ("member", "Member"), ("viewer", "Viewer")],
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to="agentops.organization",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
-                'constraints': [models.UniqueConstraint(fields=('organization', 'user'), name='membership_unique_user'), models.CheckConstraint(condition=models.Q(('role__in', ['owner', 'admin', 'member', 'viewer'])), name='membership_role_valid')],
+                "ordering": ["created_at", "id"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("organization", "user"), name="membership_unique_user"),
+                    models.CheckConstraint(
+                        condition=models.Q(("role__in", ["owner", "admin", "member", "viewer"])),
+                        name="membership_role_valid",
+                    ),
+                ],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('dangerously_unscoped_objects', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='Invitation',
+            name="Invitation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('email', models.EmailField(max_length=254)),
-                ('role', models.CharField(choices=[('owner', 'Owner'), ('admin', 'Admin'), ('member', 'Member'), ('viewer', 'Viewer')], max_length=16)),
-                ('token_hash', models.CharField(max_length=64, unique=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('expires_at', models.DateTimeField()),
-                ('accepted_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('accepted_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('invited_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='%(app_label)s_%(class)s_set', to='agentops.organization')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("email", models.EmailField(max_length=254)),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("owner", "Owner"), ("admin", "Admin"), ("member", "Member"), ("viewer", "Viewer")],
+                        max_length=16,
+                    ),
+                ),
+                ("token_hash", models.CharField(max_length=64, unique=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("expires_at", models.DateTimeField()),
+                ("accepted_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "accepted_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "invited_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="%(app_label)s_%(class)s_set",
+                        to="agentops.organization",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'constraints': [models.UniqueConstraint(models.F('organization'), django.db.models.functions.text.Lower('email'), condition=models.Q(('accepted_at__isnull', True), ('revoked_at__isnull', True)), name='invitation_unique_open_email')],
+                "ordering": ["-created_at", "-id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        models.F("organization"),
+                        django.db.models.functions.text.Lower("email"),
+                        condition=models.Q(("accepted_at__isnull", True), ("revoked_at__isnull", True)),
+                        name="invitation_unique_open_email",
+                    )
+                ],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('dangerously_unscoped_objects', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='IdempotencyRecord',
+            name="IdempotencyRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('client', models.CharField(help_text='user:<id> or key:<id>: keys are per client.', max_length=64)),
-                ('key', models.CharField(max_length=255)),
-                ('request_hash', models.CharField(max_length=64)),
-                ('state', models.CharField(choices=[('in_progress', 'In Progress'), ('completed', 'Completed')], default='in_progress', max_length=16)),
-                ('response_status', models.PositiveSmallIntegerField(null=True)),
-                ('response_body', models.JSONField(null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('expires_at', models.DateTimeField(db_index=True)),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='%(app_label)s_%(class)s_set', to='agentops.organization')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("client", models.CharField(help_text="user:<id> or key:<id>: keys are per client.", max_length=64)),
+                ("key", models.CharField(max_length=255)),
+                ("request_hash", models.CharField(max_length=64)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("in_progress", "In Progress"), ("completed", "Completed")],
+                        default="in_progress",
+                        max_length=16,
+                    ),
+                ),
+                ("response_status", models.PositiveSmallIntegerField(null=True)),
+                ("response_body", models.JSONField(null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("expires_at", models.DateTimeField(db_index=True)),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="%(app_label)s_%(class)s_set",
+                        to="agentops.organization",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('organization', 'client', 'key'), name='idempotency_unique_key')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("organization", "client", "key"), name="idempotency_unique_key")
+                ],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('dangerously_unscoped_objects', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('organization_slug', models.CharField(max_length=50)),
-                ('actor_label', models.CharField(help_text='Email or API key prefix at the time.', max_length=255)),
-                ('action', models.CharField(max_length=64)),
-                ('target_type', models.CharField(blank=True, max_length=64)),
-                ('target_id', models.CharField(blank=True, max_length=64)),
-                ('target_label', models.CharField(blank=True, max_length=255)),
-                ('data', models.JSONField(blank=True, default=dict)),
-                ('ip_address', models.GenericIPAddressField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('actor', models.ForeignKey(db_constraint=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('organization', models.ForeignKey(db_constraint=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='agentops.organization')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("organization_slug", models.CharField(max_length=50)),
+                ("actor_label", models.CharField(help_text="Email or API key prefix at the time.", max_length=255)),
+                ("action", models.CharField(max_length=64)),
+                ("target_type", models.CharField(blank=True, max_length=64)),
+                ("target_id", models.CharField(blank=True, max_length=64)),
+                ("target_label", models.CharField(blank=True, max_length=255)),
+                ("data", models.JSONField(blank=True, default=dict)),
+                ("ip_address", models.GenericIPAddressField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        db_constraint=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        db_constraint=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="agentops.organization",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['organization', '-created_at'], name='audit_org_time')],
+                "ordering": ["-created_at", "-id"],
+                "indexes": [models.Index(fields=["organization", "-created_at"], name="audit_org_time")],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('dangerously_unscoped_objects', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.AddConstraint(
-            model_name='project',
-            constraint=models.UniqueConstraint(fields=('organization', 'slug'), name='project_unique_slug'),
+            model_name="project",
+            constraint=models.UniqueConstraint(fields=("organization", "slug"), name="project_unique_slug"),
         ),
         migrations.AddConstraint(
-            model_name='providersecret',
-            constraint=models.UniqueConstraint(fields=('organization', 'provider'), name='provider_secret_unique'),
+            model_name="providersecret",
+            constraint=models.UniqueConstraint(fields=("organization", "provider"), name="provider_secret_unique"),
         ),
     ]

@@ -61,8 +61,14 @@ def api_key_create(
             created_by=actor,
             expires_at=expires_at,
         )
-        audit_record(organization=project.organization, actor=actor, action="api_key.create", target=key,
-                     data={"project": project.slug, "scopes": scopes}, ip=ip)
+        audit_record(
+            organization=project.organization,
+            actor=actor,
+            action="api_key.create",
+            target=key,
+            data={"project": project.slug, "scopes": scopes},
+            ip=ip,
+        )
     return key, raw_key
 
 
@@ -82,11 +88,7 @@ def api_key_authenticate(raw_key: str) -> ApiKey:
     """The active key ``raw_key`` names, or ``KeyRejected``. Looked up across
     organizations: the key itself is what tells which organization is asking."""
     with dangerously_unscoped("an API key names its organization only through its hash"):
-        key = (
-            ApiKey.objects.select_related("project", "organization")
-            .filter(key_hash=hash_key(raw_key))
-            .first()
-        )
+        key = ApiKey.objects.select_related("project", "organization").filter(key_hash=hash_key(raw_key)).first()
     if key is None:
         raise KeyRejected("invalid API key")
     now = timezone.now()

@@ -42,6 +42,7 @@ def demo_seed() -> DemoCredentials:
             if project is None:
                 project = project_create(organization=organization, actor=user, name="Demo agent", slug=DEMO_PROJECT)
             ApiKey.objects.filter(project=project, name="demo", revoked_at__isnull=True).delete()
-            _key, raw_key = api_key_create(project=project, actor=user, name="demo",
-                                           scopes=["ingest", "read", "execute"])
+            _key, raw_key = api_key_create(
+                project=project, actor=user, name="demo", scopes=["ingest", "read", "execute"]
+            )
     return DemoCredentials(DEMO_EMAIL, DEMO_PASSWORD, organization.slug, project.slug, raw_key)

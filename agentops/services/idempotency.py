@@ -42,7 +42,10 @@ def idempotency_begin(
     try:
         with transaction.atomic():
             record = IdempotencyRecord.objects.create(
-                organization=organization, client=client, key=key, request_hash=fingerprint,
+                organization=organization,
+                client=client,
+                key=key,
+                request_hash=fingerprint,
                 expires_at=now + settings.IDEMPOTENCY_KEY_TTL,
             )
         return record, None

@@ -52,8 +52,14 @@ def invitation_create(
                 invited_by=actor_membership.user,
                 expires_at=timezone.now() + INVITATION_LIFETIME,
             )
-            audit_record(organization=organization, actor=actor_membership.user, action="invitation.create",
-                         target=invitation, data={"email": email, "role": role}, ip=ip)
+            audit_record(
+                organization=organization,
+                actor=actor_membership.user,
+                action="invitation.create",
+                target=invitation,
+                data={"email": email, "role": role},
+                ip=ip,
+            )
     except IntegrityError:
         raise Conflict(f"{email} already has an open invitation; revoke it to send a new one") from None
     link = base_url.rstrip("/") + reverse("invitation_accept", kwargs={"token": token})
@@ -85,8 +91,13 @@ def invitation_revoke(*, actor_membership: Membership, invitation: Invitation, i
             raise Conflict(f"this invitation is already {invitation.status}")
         invitation.revoked_at = timezone.now()
         invitation.save(update_fields=["revoked_at"])
-        audit_record(organization=invitation.organization, actor=actor_membership.user,
-                     action="invitation.revoke", target=invitation, ip=ip)
+        audit_record(
+            organization=invitation.organization,
+            actor=actor_membership.user,
+            action="invitation.revoke",
+            target=invitation,
+            ip=ip,
+        )
     return invitation
 
 
@@ -120,6 +131,12 @@ def invitation_accept(*, token: str, user, ip: str | None = None) -> Membership:
         invitation.accepted_at = timezone.now()
         invitation.accepted_by = user
         invitation.save(update_fields=["accepted_at", "accepted_by"])
-        audit_record(organization=organization, actor=user, action="invitation.accept", target=invitation,
-                     data={"role": invitation.role}, ip=ip)
+        audit_record(
+            organization=organization,
+            actor=user,
+            action="invitation.accept",
+            target=invitation,
+            data={"role": invitation.role},
+            ip=ip,
+        )
     return membership

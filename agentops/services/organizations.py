@@ -34,8 +34,9 @@ def organization_create(*, name: str, owner, slug: str | None = None, ip: str | 
             organization = Organization.objects.create(name=name, slug=slug)
             with organization_scope(organization):
                 Membership.objects.create(organization=organization, user=owner, role=Role.OWNER)
-                audit_record(organization=organization, actor=owner, action="organization.create",
-                             target=organization, ip=ip)
+                audit_record(
+                    organization=organization, actor=owner, action="organization.create", target=organization, ip=ip
+                )
     except IntegrityError:
         raise Conflict(f"the slug '{slug}' is taken; choose another") from None
     return organization
@@ -49,8 +50,14 @@ def organization_update(*, organization: Organization, actor, name: str, ip: str
     old = organization.name
     organization.name = name
     organization.save(update_fields=["name"])
-    audit_record(organization=organization, actor=actor, action="organization.update", target=organization,
-                 data={"name": [old, name]}, ip=ip)
+    audit_record(
+        organization=organization,
+        actor=actor,
+        action="organization.update",
+        target=organization,
+        data={"name": [old, name]},
+        ip=ip,
+    )
     return organization
 
 
@@ -59,8 +66,7 @@ def organization_delete(*, organization: Organization, actor, confirm_slug: str,
     if confirm_slug != organization.slug:
         raise InvalidRequest(f"type the organization's slug '{organization.slug}' to confirm deletion")
     with transaction.atomic():
-        audit_record(organization=organization, actor=actor, action="organization.delete", target=organization,
-                     ip=ip)
+        audit_record(organization=organization, actor=actor, action="organization.delete", target=organization, ip=ip)
         organization.delete()
 
 
@@ -98,9 +104,14 @@ def membership_change_role(
         old = membership.role
         membership.role = role
         membership.save(update_fields=["role"])
-        audit_record(organization=membership.organization, actor=actor_membership.user,
-                     action="member.role_change", target=membership.user,
-                     data={"role": [old, role]}, ip=ip)
+        audit_record(
+            organization=membership.organization,
+            actor=actor_membership.user,
+            action="member.role_change",
+            target=membership.user,
+            data={"role": [old, role]},
+            ip=ip,
+        )
     return membership
 
 
@@ -114,9 +125,14 @@ def membership_remove(*, actor_membership: Membership, membership: Membership, i
         if membership.role == Role.OWNER and _owner_count(membership.organization) <= 1:
             raise Conflict("the last owner cannot leave; make someone else owner or delete the organization")
         membership.delete()
-        audit_record(organization=membership.organization, actor=actor_membership.user,
-                     action="member.leave" if leaving else "member.remove", target=membership.user,
-                     data={"role": membership.role}, ip=ip)
+        audit_record(
+            organization=membership.organization,
+            actor=actor_membership.user,
+            action="member.leave" if leaving else "member.remove",
+            target=membership.user,
+            data={"role": membership.role},
+            ip=ip,
+        )
 
 
 def organization_transfer_ownership(
@@ -136,8 +152,13 @@ def organization_transfer_ownership(
         new_owner.save(update_fields=["role"])
         actor_membership.role = Role.ADMIN
         actor_membership.save(update_fields=["role"])
-        audit_record(organization=actor_membership.organization, actor=actor_membership.user,
-                     action="organization.transfer_ownership", target=new_owner.user, ip=ip)
+        audit_record(
+            organization=actor_membership.organization,
+            actor=actor_membership.user,
+            action="organization.transfer_ownership",
+            target=new_owner.user,
+            ip=ip,
+        )
     return new_owner
 
 
@@ -148,8 +169,9 @@ def role_can_assign(actor_role: str, role: str) -> bool:
     return role_allows(actor_role, "member:write") and RANK[Role(role)] <= RANK[Role(actor_role)]
 
 
-def project_create(*, organization: Organization, actor, name: str, slug: str | None = None,
-                   ip: str | None = None) -> Project:
+def project_create(
+    *, organization: Organization, actor, name: str, slug: str | None = None, ip: str | None = None
+) -> Project:
     """Create a project in ``organization``."""
     name = name.strip()
     if not name:
@@ -172,14 +194,19 @@ def project_update(*, project: Project, actor, name: str, ip: str | None = None)
     old = project.name
     project.name = name
     project.save(update_fields=["name"])
-    audit_record(organization=project.organization, actor=actor, action="project.update", target=project,
-                 data={"name": [old, name]}, ip=ip)
+    audit_record(
+        organization=project.organization,
+        actor=actor,
+        action="project.update",
+        target=project,
+        data={"name": [old, name]},
+        ip=ip,
+    )
     return project
 
 
 def project_delete(*, project: Project, actor, ip: str | None = None) -> None:
     """Delete a project and everything in it."""
     with transaction.atomic():
-        audit_record(organization=project.organization, actor=actor, action="project.delete", target=project,
-                     ip=ip)
+        audit_record(organization=project.organization, actor=actor, action="project.delete", target=project, ip=ip)
         project.delete()

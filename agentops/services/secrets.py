@@ -18,7 +18,9 @@ def provider_secret_set(
 ) -> ProviderSecret:
     """Save (or replace) an organization's credentials for ``provider``."""
     if provider not in ProviderSecret.Provider.values:
-        raise InvalidRequest(f"unknown provider '{provider}'; choose one of {', '.join(ProviderSecret.Provider.values)}")
+        raise InvalidRequest(
+            f"unknown provider '{provider}'; choose one of {', '.join(ProviderSecret.Provider.values)}"
+        )
     api_key = (api_key or "").strip()
     if len(api_key) < 8:
         raise InvalidRequest("the API key looks too short")
@@ -40,9 +42,14 @@ def provider_secret_set(
         secret.updated_by = actor
         secret.updated_at = timezone.now()
         secret.save()
-        audit_record(organization=organization, actor=actor,
-                     action="provider_secret.create" if created else "provider_secret.update", target=secret,
-                     data={"provider": provider, "base_url": base_url}, ip=ip)
+        audit_record(
+            organization=organization,
+            actor=actor,
+            action="provider_secret.create" if created else "provider_secret.update",
+            target=secret,
+            data={"provider": provider, "base_url": base_url},
+            ip=ip,
+        )
     return secret
 
 
@@ -52,8 +59,14 @@ def provider_secret_delete(*, organization: Organization, actor, provider: str, 
         secret = ProviderSecret.objects.filter(organization=organization, provider=provider).first()
         if secret is None:
             raise NotFound(f"no {provider} credentials are saved")
-        audit_record(organization=organization, actor=actor, action="provider_secret.delete", target=secret,
-                     data={"provider": provider}, ip=ip)
+        audit_record(
+            organization=organization,
+            actor=actor,
+            action="provider_secret.delete",
+            target=secret,
+            data={"provider": provider},
+            ip=ip,
+        )
         secret.delete()
 
 

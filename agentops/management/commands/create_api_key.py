@@ -24,8 +24,11 @@ class Command(BaseCommand):
         with organization_scope(project.organization):
             try:
                 key, raw_key = api_key_create(
-                    project=project, actor=None, name=name,
-                    scopes=[scope.strip() for scope in scopes.split(",") if scope.strip()], expires_at=expires_at,
+                    project=project,
+                    actor=None,
+                    name=name,
+                    scopes=[scope.strip() for scope in scopes.split(",") if scope.strip()],
+                    expires_at=expires_at,
                 )
             except ServiceError as exc:
                 raise CommandError(exc.message) from None

@@ -18,8 +18,12 @@ class Command(BaseCommand):
         organization = get_organization(org_slug)
         with organization_scope(organization):
             try:
-                project = project_create(organization=organization, actor=None,
-                                         name=name or project_slug.replace("-", " ").title(), slug=project_slug)
+                project = project_create(
+                    organization=organization,
+                    actor=None,
+                    name=name or project_slug.replace("-", " ").title(),
+                    slug=project_slug,
+                )
             except ServiceError as exc:
                 raise CommandError(exc.message) from None
         self.stdout.write(f"Created project {organization.slug}/{project.slug}")

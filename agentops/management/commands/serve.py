@@ -33,12 +33,43 @@ class Command(BaseCommand):
             self.stdout.write(format_credentials(demo_seed()))
         python = sys.executable
         commands = {
-            "web": [python, "-m", "uvicorn", "agentops.asgi:application", "--host", host, "--port", str(port),
-                    "--lifespan", "off", "--no-access-log"],
-            "worker": [python, "-m", "celery", "-A", "agentops", "worker", "--loglevel", "INFO",
-                       "--concurrency", str(concurrency)],
-            "beat": [python, "-m", "celery", "-A", "agentops", "beat", "--loglevel", "INFO",
-                     "--schedule", settings.CELERY_BEAT_SCHEDULE_FILENAME],
+            "web": [
+                python,
+                "-m",
+                "uvicorn",
+                "agentops.asgi:application",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--lifespan",
+                "off",
+                "--no-access-log",
+            ],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "agentops",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                str(concurrency),
+            ],
+            "beat": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "agentops",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                settings.CELERY_BEAT_SCHEDULE_FILENAME,
+            ],
         }
         children = {name: subprocess.Popen(argv) for name, argv in commands.items()}
         self.stdout.write(f"AgentOps Studio on http://{host}:{port}/  (Ctrl-C stops everything)")
