@@ -12,6 +12,11 @@ def organizations_for_user(*, user) -> QuerySet[Organization]:
     return Organization.objects.filter(memberships__user=user).distinct().order_by("name")
 
 
+def memberships_for_user(*, user) -> QuerySet[Membership]:
+    """Every membership of ``user``, across organizations: a user may see their own."""
+    return Membership.dangerously_unscoped_objects.filter(user=user).select_related("organization")
+
+
 def membership_list(*, organization: Organization) -> QuerySet[Membership]:
     return Membership.objects.filter(organization=organization).select_related("user").order_by("created_at", "id")
 

@@ -46,7 +46,7 @@ class MeView(APIView):
                     "project": key.project.slug,
                 }
             )
-        memberships = Membership.dangerously_unscoped_objects.filter(user=request.user).select_related("organization")
+        memberships = selectors.memberships_for_user(user=request.user)
         return Response(
             {
                 "type": "user",
@@ -65,9 +65,7 @@ class OrganizationListView(APIView):
     def get(self, request):
         self._refuse_keys(request)
         organizations_ = list(selectors.organizations_for_user(user=request.user))
-        roles = dict(
-            Membership.dangerously_unscoped_objects.filter(user=request.user).values_list("organization_id", "role")
-        )
+        roles = dict(selectors.memberships_for_user(user=request.user).values_list("organization_id", "role"))
         return Response(s.OrganizationSerializer(organizations_, many=True, context={"roles": roles}).data)
 
     @extend_schema(request=s.OrganizationCreateSerializer, responses={201: s.OrganizationSerializer})
