@@ -94,3 +94,34 @@ def test_missing_secret_key_in_production_is_refused():
     )
     assert result.returncode != 0
     assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
+
+
+def test_social_providers_come_from_the_environment(monkeypatch):
+    import pytest
+    from django.core.exceptions import ImproperlyConfigured
+
+    from agentops.settings import _social_providers
+
+    for name in ("GITHUB_CLIENT_ID", "GOOGLE_CLIENT_ID", "OIDC_PROVIDERS"):
+        monkeypatch.delenv(name, raising=False)
+    assert _social_providers() == {}
+    monkeypatch.setenv("GITHUB_CLIENT_ID", "gh-id")
+    monkeypatch.setenv("GITHUB_CLIENT_SECRET", "gh-secret")
+    monkeypatch.setenv("GOOGLE_CLIENT_ID", "g-id")
+    monkeypatch.setenv(
+        "OIDC_PROVIDERS",
+        '[{"id": "huggingface", "name": "Hugging Face", "client_id": "hf", "secret": "s",'
+        ' "server_url": "https://huggingface.co"}]',
+    )
+    providers = _social_providers()
+    assert providers["github"]["APPS"] == [{"client_id": "gh-id", "secret": "gh-secret"}]
+    assert providers["google"]["APPS"][0]["client_id"] == "g-id"
+    app = providers["openid_connect"]["APPS"][0]
+    assert (app["provider_id"], app["name"], app["settings"]["server_url"]) == (
+        "huggingface",
+        "Hugging Face",
+        "https://huggingface.co",
+    )
+    monkeypatch.setenv("OIDC_PROVIDERS", '[{"name": "missing id"}]')
+    with pytest.raises(ImproperlyConfigured, match="OIDC_PROVIDERS must be a JSON list"):
+        _social_providers()
