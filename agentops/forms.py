@@ -109,12 +109,17 @@ class ProviderSecretForm(forms.Form):
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
     )
     base_url = forms.URLField(
-        label="Base URL", required=False, help_text="Optional: a compatible endpoint instead of the provider's own."
+        label="Base URL",
+        required=False,
+        assume_scheme="https",
+        help_text="Optional: a compatible endpoint instead of the provider's own.",
     )
 
 
 class AuditFilterForm(forms.Form):
     action = forms.CharField(
-        required=False, max_length=64, label="Action starts with",
+        required=False,
+        max_length=64,
+        label="Action starts with",
         widget=forms.TextInput(attrs={"placeholder": "e.g. api_key. or member."}),
     )

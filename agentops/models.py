@@ -88,7 +88,7 @@ class Invitation(TenantModel):
     def status(self) -> str:
         if self.accepted_at:
             return "accepted"
-        if self.revoked_at:
+        if self.revoked_at and self.revoked_at < self.expires_at:
             return "revoked"
         if self.expires_at <= timezone.now():
             return "expired"

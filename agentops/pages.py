@@ -46,9 +46,6 @@ class Can:
     def __getitem__(self, name: str) -> bool:
         return self._access.allows(name.replace("_", ":", 1))
 
-    def __contains__(self, name: str) -> bool:
-        return self[name]
-
 
 def client_ip(request) -> str | None:
     return request.META.get("REMOTE_ADDR")

@@ -165,7 +165,8 @@ if not REDIS_URL:
     except embedded.EmbeddedServiceError as exc:
         embedded.fail(str(exc))
 
-# Keeps concurrent test runs that share one external Redis apart; empty otherwise.
+# Prefix of every Redis key and queue name; test runs set their own so concurrent runs
+# that share one external Redis stay apart.
 REDIS_KEY_PREFIX = os.environ.get("AGENTOPS_REDIS_PREFIX", "agentops")
 
 CACHES = {
@@ -194,6 +195,7 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600, "global_keyprefix": f"{REDIS_KEY_PREFIX}:"}
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"global_keyprefix": f"{REDIS_KEY_PREFIX}:"}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
@@ -343,7 +345,6 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "agentops" / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

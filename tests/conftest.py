@@ -112,4 +112,3 @@ def celery_worker(transactional_db):
         app, pool="solo", concurrency=1, perform_ping_check=False, loglevel="WARNING", shutdown_timeout=30
     ):
         yield app
-

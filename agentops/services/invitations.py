@@ -44,6 +44,15 @@ def invitation_create(
     token = secrets.token_urlsafe(32)
     try:
         with transaction.atomic():
+            # An expired invitation no longer blocks the address: close it (its status
+            # stays "expired", since it is closed after its expiry).
+            Invitation.objects.filter(
+                organization=organization,
+                email__iexact=email,
+                accepted_at__isnull=True,
+                revoked_at__isnull=True,
+                expires_at__lte=timezone.now(),
+            ).update(revoked_at=timezone.now())
             invitation = Invitation.objects.create(
                 organization=organization,
                 email=email,

@@ -47,17 +47,18 @@ def organization_update(*, organization: Organization, actor, name: str, ip: str
     name = name.strip()
     if not name:
         raise InvalidRequest("the organization needs a name")
-    old = organization.name
-    organization.name = name
-    organization.save(update_fields=["name"])
-    audit_record(
-        organization=organization,
-        actor=actor,
-        action="organization.update",
-        target=organization,
-        data={"name": [old, name]},
-        ip=ip,
-    )
+    with transaction.atomic():
+        old = organization.name
+        organization.name = name
+        organization.save(update_fields=["name"])
+        audit_record(
+            organization=organization,
+            actor=actor,
+            action="organization.update",
+            target=organization,
+            data={"name": [old, name]},
+            ip=ip,
+        )
     return organization
 
 
@@ -191,17 +192,18 @@ def project_update(*, project: Project, actor, name: str, ip: str | None = None)
     name = name.strip()
     if not name:
         raise InvalidRequest("the project needs a name")
-    old = project.name
-    project.name = name
-    project.save(update_fields=["name"])
-    audit_record(
-        organization=project.organization,
-        actor=actor,
-        action="project.update",
-        target=project,
-        data={"name": [old, name]},
-        ip=ip,
-    )
+    with transaction.atomic():
+        old = project.name
+        project.name = name
+        project.save(update_fields=["name"])
+        audit_record(
+            organization=project.organization,
+            actor=actor,
+            action="project.update",
+            target=project,
+            data={"name": [old, name]},
+            ip=ip,
+        )
     return project
 
 

@@ -1,0 +1,77 @@
+"""Browser tests drive a real headless Chromium with Playwright's sync API.
+
+Playwright never downloads a browser here: the tests use the Chromium the machine has
+(CHROMIUM_PATH, or Debian's /usr/bin/chromium), and are skipped with a notice when
+there is none.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+NO_CHROMIUM = "no Chromium found (install Debian's chromium or set CHROMIUM_PATH)"
+
+
+def chromium_path() -> str | None:
+    """The Chromium to drive: $CHROMIUM_PATH, else the first system one found."""
+    configured = os.environ.get("CHROMIUM_PATH")
+    if configured:
+        return configured if os.access(configured, os.X_OK) else None
+    for candidate in CHROMIUM_CANDIDATES:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    return found
+
+
+def pytest_collection_modifyitems(config, items):
+    if chromium_path() is not None:
+        return
+    skip = pytest.mark.skip(reason=NO_CHROMIUM)
+    for item in items:
+        if item.get_closest_marker("browser"):
+            item.add_marker(skip)
+
+
+@contextmanager
+def chromium_page() -> Iterator:
+    """A fresh page in a headless Chromium, closed afterwards.
+
+    Opened and closed inside the test rather than in a fixture: Playwright's sync API
+    runs an event loop in this thread while it is open, and Django refuses ORM calls
+    from a thread with a running loop, so tests touch the database before and after.
+    """
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 860})
+            page.set_default_timeout(15_000)
+            yield page
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def artifacts_dir() -> Path:
+    """Where screenshots go (gitignored), for a person to look at after a run."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
