@@ -171,3 +171,21 @@ def test_openapi_schema_and_docs_are_served(client):
     assert "/api/v1/projects/{org_slug}/{project_slug}/api-keys/" in document["paths"]
     assert document["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
     assert client.get("/api/docs/").status_code == 200
+
+
+def test_expired_invitation_does_not_block_inviting_the_address_again(tenant, client_for):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agentops.models import Invitation
+
+    url = "/api/v1/organizations/acme/invitations/"
+    first = client_for(tenant.owner).post(url, {"email": "slow@example.com", "role": "member"}, format="json")
+    Invitation.dangerously_unscoped_objects.filter(pk=first.json()["id"]).update(
+        expires_at=timezone.now() - timedelta(minutes=1)
+    )
+    second = client_for(tenant.owner).post(url, {"email": "slow@example.com", "role": "member"}, format="json")
+    assert second.status_code == 201
+    statuses = {item["id"]: item["status"] for item in client_for(tenant.owner).get(url).json()["results"]}
+    assert statuses == {first.json()["id"]: "expired", second.json()["id"]: "pending"}
