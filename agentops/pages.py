@@ -47,6 +47,11 @@ class Can:
         return self._access.allows(name.replace("_", ":", 1))
 
 
+def otlp_endpoint(request) -> str:
+    """The OTLP/HTTP endpoint agents export to (OTEL_EXPORTER_OTLP_ENDPOINT)."""
+    return request.build_absolute_uri("/api/v1/otlp")
+
+
 def client_ip(request) -> str | None:
     return request.META.get("REMOTE_ADDR")
 

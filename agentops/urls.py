@@ -19,5 +19,5 @@ urlpatterns = [
     path("o/<slug:org_slug>/billing/", include("billing.urls")),
 ]
 
-handler404 = "agentops.views.not_found"
-handler500 = "agentops.views.server_error"
+handler404 = "agentops.views.errors.not_found"
+handler500 = "agentops.views.errors.server_error"

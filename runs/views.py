@@ -1,8 +1,7 @@
 """Pages of runs. Nothing is stored yet: the index is an empty state that says how to
 send the first traces."""
 
-from agentops.pages import Need, ProjectPage
-from agentops.views import otlp_endpoint
+from agentops.pages import Need, ProjectPage, otlp_endpoint
 
 
 class RunsIndexPage(ProjectPage):
