@@ -14,35 +14,40 @@ CLOSE_FORBIDDEN = 4403
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
-    """Joins one project's (or organization's) group, only after checking that the
-    signed-in user is a member; anyone else is refused before any group_add."""
+    """Joins the organization's group (and the project's, on a project page) only after
+    checking that the signed-in user is a member; anyone else is refused before any
+    group_add. Events sent to these groups must be fit for every member to see."""
 
     async def connect(self):
         user = self.scope.get("user")
         kwargs = self.scope["url_route"]["kwargs"]
-        group = await self._group_for(user, kwargs["org_slug"], kwargs.get("project_slug"))
-        if group is None:
+        groups = await self._groups_for(user, kwargs["org_slug"], kwargs.get("project_slug"))
+        if not groups:
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        self.group = group
-        await self.channel_layer.group_add(group, self.channel_name)
+        self.groups_joined = groups
+        for group in groups:
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
 
     @database_sync_to_async
-    def _group_for(self, user, org_slug: str, project_slug: str | None) -> str | None:
+    def _groups_for(self, user, org_slug: str, project_slug: str | None) -> list[str]:
+        """The groups the user may watch here: the organization's, and the project's on
+        a project page. Empty when the user is not a member (or the project is not theirs)."""
         if user is None or not user.is_authenticated:
-            return None
+            return []
         try:
             access = resolve_organization(org_slug=org_slug, user=user)
-            if project_slug is None:
-                return organization_group(access.organization.pk)
-            return project_group(resolve_project(access, project_slug).project.pk)
+            groups = [organization_group(access.organization.pk)]
+            if project_slug is not None:
+                groups.append(project_group(resolve_project(access, project_slug).project.pk))
         except NotFound:
-            return None
+            return []
+        return groups
 
     async def disconnect(self, code):
-        if getattr(self, "group", None):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive_json(self, content, **kwargs):
         # Pages only listen; anything a page sends is ignored.

@@ -8,8 +8,12 @@ ws extension swaps them by id) and/or JSON data.
 
 from __future__ import annotations
 
+import logging
+
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+
+logger = logging.getLogger(__name__)
 
 
 def project_group(project_id: int) -> str:
@@ -28,10 +32,14 @@ def announce(*, project=None, organization=None, event: str, html: str = "", dat
     """Send ``event`` to every open page of ``project`` (or of ``organization``).
 
     Callable from sync code (services, Celery tasks). Use ``announce_async`` from a
-    running event loop.
+    running event loop. A failure to deliver is logged, never raised: the change it
+    announces is already stored, and pages re-render from the database.
     """
     group = project_group(project.pk) if project is not None else organization_group(organization.pk)
-    async_to_sync(get_channel_layer().group_send)(group, _message(event, html, data))
+    try:
+        async_to_sync(get_channel_layer().group_send)(group, _message(event, html, data))
+    except Exception:  # noqa: BLE001 - live updates are best effort by design
+        logger.warning("could not announce %s to %s", event, group, exc_info=True)
 
 
 async def announce_async(*, project=None, organization=None, event: str, html: str = "", data: dict | None = None):

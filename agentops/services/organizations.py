@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
+from django.template.loader import render_to_string
 from django.utils.text import slugify
 
+from agentops import live
 from agentops.errors import Conflict, Forbidden, InvalidRequest
 from agentops.models import Membership, Organization, Project
 from agentops.roles import RANK, Role, role_allows
@@ -59,7 +61,17 @@ def organization_update(*, organization: Organization, actor, name: str, ip: str
             data={"name": [old, name]},
             ip=ip,
         )
+        _announce_name(organization=organization, element_id="organization-name", name=name)
     return organization
+
+
+def _announce_name(*, element_id: str, name: str, organization=None, project=None) -> None:
+    """Tell open pages a name changed, once the change is committed."""
+    html = render_to_string("agentops/live/name.html", {"element_id": element_id, "name": name, "oob": True})
+    event = "project.renamed" if project is not None else "organization.renamed"
+    transaction.on_commit(
+        lambda: live.announce(organization=organization, project=project, event=event, html=html, data={"name": name})
+    )
 
 
 def organization_delete(*, organization: Organization, actor, confirm_slug: str, ip: str | None = None) -> None:
@@ -204,6 +216,7 @@ def project_update(*, project: Project, actor, name: str, ip: str | None = None)
             data={"name": [old, name]},
             ip=ip,
         )
+        _announce_name(project=project, element_id="project-name", name=name)
     return project
 
 

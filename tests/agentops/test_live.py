@@ -105,3 +105,50 @@ async def test_full_asgi_stack_accepts_member_session_and_refuses_outsider(tenan
         headers=[(b"cookie", await _session_cookie(tenant.member)), (b"origin", b"http://evil.example")],
     )
     assert not (await foreign_origin.connect())[0]
+
+
+def _listen(group: str):
+    """Subscribe a fresh channel to ``group`` on the real channel layer."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(group, channel)
+    return lambda: async_to_sync(layer.receive)(channel)
+
+
+def test_project_rename_is_announced_to_its_open_pages_after_commit(tenant, client_for):
+    from agentops.live import project_group
+
+    receive = _listen(project_group(tenant.project.pk))
+    response = client_for(tenant.admin).patch(
+        f"/api/v1/projects/acme/{tenant.project.slug}/", {"name": "Renamed bot"}, format="json"
+    )
+    assert response.status_code == 200
+    message = receive()
+    assert message["event"] == "project.renamed" and message["data"] == {"name": "Renamed bot"}
+    assert 'id="project-name" hx-swap-oob="true">Renamed bot</span>' in message["html"]
+
+
+def test_organization_rename_is_announced_to_the_organization(tenant, client_for):
+    from agentops.live import organization_group
+
+    receive = _listen(organization_group(tenant.organization.pk))
+    client_for(tenant.owner).patch("/api/v1/organizations/acme/", {"name": "Acme <Corp>"}, format="json")
+    message = receive()
+    assert message["event"] == "organization.renamed"
+    assert "Acme &lt;Corp&gt;" in message["html"]  # escaped like any template output
+
+
+def test_announce_failure_does_not_break_the_change(tenant, client_for, settings, caplog):
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": ["redis://127.0.0.1:1/0"]}}
+    }
+    response = client_for(tenant.admin).patch(
+        f"/api/v1/projects/acme/{tenant.project.slug}/", {"name": "Still saved"}, format="json"
+    )
+    assert response.status_code == 200
+    tenant.project.refresh_from_db()
+    assert tenant.project.name == "Still saved"
+    assert "could not announce project.renamed" in caplog.text
