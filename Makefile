@@ -27,7 +27,10 @@ test: $(VENV)/.dev-installed browser-check
 	$(PY) -m pytest
 
 browser-check:
-	@if [ -n "$$CHROMIUM_PATH" ] && [ -x "$$CHROMIUM_PATH" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then \
+	@if [ -n "$$CHROMIUM_PATH" ]; then \
+		if [ -x "$$CHROMIUM_PATH" ]; then echo "Browser tests: using CHROMIUM_PATH=$$CHROMIUM_PATH."; \
+		else echo "Browser tests: CHROMIUM_PATH=$$CHROMIUM_PATH is not executable; they will be SKIPPED."; fi; \
+	elif command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then \
 		echo "Browser tests: Chromium found, they will run."; \
 	else \
 		echo "Browser tests: NO Chromium found; they will be SKIPPED (install Debian's chromium or set CHROMIUM_PATH)."; \

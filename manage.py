@@ -10,7 +10,16 @@ def main() -> None:
     from agentops.bootstrap import check_external_services
 
     check_external_services(command=sys.argv[1] if len(sys.argv) > 1 else "help")
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018 - load the settings now, to report their errors plainly
+    except ImproperlyConfigured as exc:
+        from agentops.embedded import fail
+
+        fail(f"configuration error: {exc}")
 
     execute_from_command_line(sys.argv)
 

@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -43,6 +44,14 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}") from None
 
 
+def env_rate(name: str, default: str) -> str:
+    """A DRF rate such as ``600/min`` (units: s, sec, m, min, h, hour, d, day)."""
+    value = os.environ.get(name) or default
+    if not re.fullmatch(r"\d+/(s|sec|second|m|min|minute|h|hour|d|day)", value):
+        raise ImproperlyConfigured(f"{name} must look like 600/min (a number, '/', s|min|hour|day), not {value!r}")
+    return value
+
+
 DEBUG = env_bool("DEBUG", False)
 DATA_DIR = Path(os.environ.get("DATA_DIR") or BASE_DIR / ".data").resolve()
 
@@ -64,6 +73,21 @@ if not ENCRYPTION_KEYS:
         )
     # Development only: a key derived from the development SECRET_KEY.
     ENCRYPTION_KEYS = [base64.urlsafe_b64encode(hashlib.sha256(SECRET_KEY.encode()).digest()).decode()]
+
+def _check_fernet_keys(keys: list[str]) -> None:
+    from cryptography.fernet import Fernet
+
+    for position, key in enumerate(keys, start=1):
+        try:
+            Fernet(key.encode())
+        except (ValueError, TypeError):
+            raise ImproperlyConfigured(
+                f"ENCRYPTION_KEYS entry {position} is not a Fernet key "
+                "(python manage.py generate_encryption_key makes one)"
+            ) from None
+
+
+_check_fernet_keys(ENCRYPTION_KEYS)
 
 # Private or loopback provider base URLs (a local model server) are refused unless allowed.
 ALLOW_PRIVATE_PROVIDER_URLS = env_bool("ALLOW_PRIVATE_PROVIDER_URLS", DEBUG)
@@ -317,8 +341,8 @@ REST_FRAMEWORK = {
         "agentops.api.throttling.UserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
-        "api_key": os.environ.get("API_RATE_LIMIT_PER_KEY", "1200/min"),
-        "user": os.environ.get("API_RATE_LIMIT_PER_USER", "600/min"),
+        "api_key": env_rate("API_RATE_LIMIT_PER_KEY", "1200/min"),
+        "user": env_rate("API_RATE_LIMIT_PER_USER", "600/min"),
     },
     "EXCEPTION_HANDLER": "agentops.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "agentops.api.schema.PlatformAutoSchema",

@@ -125,3 +125,26 @@ def test_social_providers_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("OIDC_PROVIDERS", '[{"name": "missing id"}]')
     with pytest.raises(ImproperlyConfigured, match="OIDC_PROVIDERS must be a JSON list"):
         _social_providers()
+
+
+def test_malformed_encryption_key_or_rate_is_refused_at_start():
+    base = {"DEBUG": "true", "DATABASE_URL": "postgres://x@127.0.0.1:1/d", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    result = _manage("check", env_overrides={**base, "ENCRYPTION_KEYS": "not-a-key"})
+    assert result.returncode != 0
+    assert "ENCRYPTION_KEYS entry 1 is not a Fernet key" in result.stderr
+    result = _manage("check", env_overrides={**base, "API_RATE_LIMIT_PER_KEY": "lots"})
+    assert result.returncode != 0
+    assert "API_RATE_LIMIT_PER_KEY must look like 600/min" in result.stderr
+
+
+def test_configuration_errors_are_one_line():
+    result = _manage(
+        "check",
+        env_overrides={
+            "DEBUG": "maybe",
+            "DATABASE_URL": "postgres://x@127.0.0.1:1/d",
+            "REDIS_URL": "redis://127.0.0.1:1/0",
+        },
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == "agentops: configuration error: DEBUG must be true or false, not 'maybe'"
