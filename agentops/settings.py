@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 from agentops import embedded
@@ -73,6 +74,7 @@ if not ENCRYPTION_KEYS:
         )
     # Development only: a key derived from the development SECRET_KEY.
     ENCRYPTION_KEYS = [base64.urlsafe_b64encode(hashlib.sha256(SECRET_KEY.encode()).digest()).decode()]
+
 
 def _check_fernet_keys(keys: list[str]) -> None:
     from cryptography.fernet import Fernet
@@ -227,6 +229,10 @@ CELERY_BEAT_SCHEDULE = {
     "purge-expired-idempotency-keys": {
         "task": "agentops.tasks.purge_expired_idempotency_keys",
         "schedule": timedelta(hours=1),
+    },
+    "purge-expired-runs": {
+        "task": "runs.tasks.purge_expired_runs",
+        "schedule": crontab(hour=3, minute=17),
     },
     "purge-old-invitations": {
         "task": "agentops.tasks.purge_old_invitations",

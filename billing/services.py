@@ -1,0 +1,109 @@
+"""The cost function: every step's cost is computed here, from the price table."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.core.cache import cache
+from django.utils import timezone
+
+from billing.models import ModelPrice
+
+MILLION = Decimal(1_000_000)
+# The price table is small and read for every stored step: keep it in memory briefly.
+_CACHE_KEY = "billing:model-prices:v1"
+_CACHE_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Price:
+    id: int
+    pattern: str
+    match: str
+    priority: int
+    input_per_million: Decimal
+    cached_input_per_million: Decimal | None
+    output_per_million: Decimal
+    effective_from: datetime
+
+
+@dataclass(frozen=True)
+class Cost:
+    amount: Decimal | None  # None: the model has no price (unpriced, never silently zero)
+    price_id: int | None
+
+
+def _prices() -> list[Price]:
+    prices = cache.get(_CACHE_KEY)
+    if prices is None:
+        prices = [
+            Price(
+                p.pk,
+                p.pattern,
+                p.match,
+                p.priority,
+                p.input_per_million,
+                p.cached_input_per_million,
+                p.output_per_million,
+                p.effective_from,
+            )
+            for p in ModelPrice.objects.all()
+        ]
+        cache.set(_CACHE_KEY, prices, _CACHE_SECONDS)
+    return prices
+
+
+def prices_changed() -> None:
+    """Forget the cached table (call after editing prices)."""
+    cache.delete(_CACHE_KEY)
+
+
+def _matches(price: Price, model: str) -> bool:
+    if price.match == ModelPrice.Match.EXACT:
+        return model == price.pattern
+    if price.match == ModelPrice.Match.PREFIX:
+        return model.startswith(price.pattern)
+    try:
+        return re.fullmatch(price.pattern, model) is not None
+    except re.error:
+        return False
+
+
+_MATCH_RANK = {ModelPrice.Match.EXACT: 2, ModelPrice.Match.PREFIX: 1, ModelPrice.Match.REGEX: 0}
+
+
+def price_for(*, model: str, at: datetime | None = None) -> Price | None:
+    """The price in effect for ``model`` at ``at``: exact names first, then the highest
+    priority, then the longest pattern, then the newest effective date."""
+    if not model:
+        return None
+    at = at or timezone.now()
+    model = model.strip().lower()
+    candidates = [p for p in _prices() if p.effective_from <= at and _matches(p, model)]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: (_MATCH_RANK[p.match], p.priority, len(p.pattern), p.effective_from))
+
+
+def step_cost(
+    *, model: str, input_tokens: int, cached_input_tokens: int, output_tokens: int, at: datetime | None = None
+) -> Cost:
+    """The cost of one model call. Cached input tokens are part of ``input_tokens``
+    (as OpenTelemetry reports them) and are billed at the cached rate when there is one."""
+    price = price_for(model=model, at=at)
+    if price is None:
+        return Cost(amount=None, price_id=None)
+    cached = min(max(cached_input_tokens, 0), max(input_tokens, 0))
+    uncached = max(input_tokens, 0) - cached
+    cached_rate = (
+        price.cached_input_per_million if price.cached_input_per_million is not None else price.input_per_million
+    )
+    amount = (
+        Decimal(uncached) * price.input_per_million
+        + Decimal(cached) * cached_rate
+        + Decimal(max(output_tokens, 0)) * price.output_per_million
+    ) / MILLION
+    return Cost(amount=amount.quantize(Decimal("0.000000001")), price_id=price.id)

@@ -1,0 +1,218 @@
+"""The trace store: runs (traces), their steps (spans) in a tree, the transcript,
+tool calls and memory snapshots. Every row carries its organization and project."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
+from django.db import models
+from django.utils import timezone
+
+from agentops.scoping import TenantModel
+
+MONEY = {"max_digits": 18, "decimal_places": 9}
+
+
+class Run(TenantModel):
+    """One agent execution: an OpenTelemetry trace, or a run sent through the JSON batch API."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        WAITING = "waiting"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="runs")
+    trace_id = models.CharField(max_length=128, help_text="OTLP trace id (hex), or the client's run id.")
+    name = models.CharField(max_length=500, blank=True)
+    agent_name = models.CharField(max_length=200, blank=True)
+    agent_version = models.CharField(max_length=100, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    # Set when a client stated the status; otherwise it is derived from the root step.
+    status_explicit = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    input = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    session_id = models.CharField(max_length=200, blank=True)
+    parent_run = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    parent_trace_id = models.CharField(max_length=128, blank=True, help_text="The parent run's trace id, as sent.")
+    end_user_id = models.CharField(max_length=200, blank=True)
+    environment = models.CharField(max_length=100, blank=True)
+    release = models.CharField(max_length=100, blank=True)
+    tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    # Totals, kept current as steps arrive (runs.services.ingest recomputes them).
+    step_count = models.PositiveIntegerField(default=0)
+    error_count = models.PositiveIntegerField(default=0)
+    llm_call_count = models.PositiveIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    total_cost = models.DecimalField(default=0, **MONEY)
+    unpriced_step_count = models.PositiveIntegerField(default=0)
+    models_used = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    latency_ms = models.BigIntegerField(null=True, blank=True)
+    search = SearchVectorField(null=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "trace_id"], name="run_unique_trace")]
+        indexes = [
+            models.Index(fields=["project", "-started_at", "-id"], name="run_project_started"),
+            models.Index(fields=["project", "status", "-started_at"], name="run_project_status"),
+            models.Index(fields=["project", "session_id", "started_at"], name="run_project_session"),
+            models.Index(fields=["project", "-created_at", "-id"], name="run_project_created"),
+            GinIndex(fields=["tags"], name="run_tags"),
+            GinIndex(fields=["search"], name="run_search"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.trace_id
+
+
+class Step(TenantModel):
+    """One span of a run: an LLM call, a tool call, a retrieval, an agent or a chain..."""
+
+    class Kind(models.TextChoices):
+        AGENT = "agent"
+        LLM = "llm"
+        TOOL = "tool"
+        RETRIEVAL = "retrieval"
+        EMBEDDING = "embedding"
+        CHAIN = "chain"
+        MEMORY = "memory"
+        GUARDRAIL = "guardrail"
+        CUSTOM = "custom"
+
+    class Status(models.TextChoices):
+        UNSET = "unset"
+        OK = "ok"
+        ERROR = "error"
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    span_id = models.CharField(max_length=128)
+    parent_span_id = models.CharField(max_length=128, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CUSTOM)
+    name = models.CharField(max_length=500, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.UNSET)
+    error = models.TextField(blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    provider = models.CharField(max_length=100, blank=True)
+    input_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(null=True, blank=True, **MONEY)
+    unpriced = models.BooleanField(default=False, help_text="A model call whose model has no price.")
+    price = models.ForeignKey("billing.ModelPrice", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    input = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    attributes = models.JSONField(default=dict, blank=True)
+    events = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "span_id"], name="step_unique_span")]
+        indexes = [
+            models.Index(fields=["run", "started_at", "id"], name="step_run_started"),
+            models.Index(fields=["project", "-started_at"], name="step_project_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+class Message(TenantModel):
+    """One message of the transcript, in order, tied to the LLM step that produced or consumed it."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
+    span_id = models.CharField(max_length=128, blank=True, help_text="The step's span id; links it in any order.")
+    message_id = models.CharField(max_length=200, help_text="Client id, or derived from the step and position.")
+    position = models.BigIntegerField(
+        help_text="Order in the transcript: the client's position, or for messages read from spans the "
+        "step's time in microseconds x 1000 plus the index (inputs before outputs)."
+    )
+    role = models.CharField(max_length=32)
+    content = models.JSONField(null=True, blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    name = models.CharField(max_length=200, blank=True)
+    tokens = models.IntegerField(null=True, blank=True)
+    finish_reason = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "message_id"], name="message_unique_id")]
+        indexes = [models.Index(fields=["run", "position", "id"], name="message_run_position")]
+        ordering = ["position", "id"]
+
+
+class ToolCall(TenantModel):
+    """One tool invocation: arguments, result or error, latency."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="tool_calls")
+    span_id = models.CharField(max_length=128, blank=True)
+    call_id = models.CharField(max_length=200, help_text="Client id, the tool call id, or the step's span id.")
+    tool_name = models.CharField(max_length=200)
+    arguments = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="tool_call_unique_id")]
+        indexes = [models.Index(fields=["run", "started_at", "id"], name="tool_call_run_started")]
+
+
+class MemorySnapshot(TenantModel):
+    """The agent's memory or state after a step, in order."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="memory_snapshots")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="memory_snapshots")
+    span_id = models.CharField(max_length=128, blank=True)
+    snapshot_id = models.CharField(max_length=200)
+    sequence = models.BigIntegerField()
+    state = models.JSONField()
+    taken_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "snapshot_id"], name="memory_unique_id")]
+        indexes = [models.Index(fields=["run", "sequence", "id"], name="memory_run_sequence")]
+        ordering = ["sequence", "id"]
+
+
+class IngestSettings(TenantModel):
+    """Per-project ingestion settings: PII redaction before storage, and retention."""
+
+    class Redaction(models.TextChoices):
+        EMAIL = "email", "Email addresses"
+        API_KEY = "api_key", "API keys and bearer tokens"
+        CARD = "card", "Payment card numbers"
+        PHONE = "phone", "Phone numbers"
+
+    project = models.OneToOneField("agentops.Project", on_delete=models.CASCADE, related_name="ingest_settings")
+    redact = ArrayField(models.CharField(max_length=16, choices=Redaction.choices), default=list, blank=True)
+    custom_patterns = ArrayField(
+        models.CharField(max_length=500), default=list, blank=True, help_text="Extra regular expressions to redact."
+    )
+    retention_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Delete runs older than this many days (nightly). Empty keeps them."
+    )
+    updated_at = models.DateTimeField(default=timezone.now)

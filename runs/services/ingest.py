@@ -1,0 +1,505 @@
+"""The one write path of the trace store.
+
+OTLP spans, JSON batch events and (later) the platform's own executor all become the
+event dataclasses below and go through ``ingest()``, which in one transaction:
+redacts payloads, upserts runs (a step may arrive before its run), upserts steps with
+their cost, upserts messages, tool calls and memory snapshots, links them to their
+steps, recomputes the totals of every run it touched, and announces the change to the
+project's open pages after commit.
+
+Every upsert is keyed by a client-visible id (trace id, span id, message id, call id,
+snapshot id), so re-sending the same data updates rows instead of duplicating them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agentops import live
+from agentops.models import Project
+from billing.services import step_cost
+from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
+from runs.services.redaction import Redactor, redactor_for
+
+# Run fields a client may state explicitly (JSON batch "run" events).
+RUN_FIELDS = (
+    "name",
+    "agent_name",
+    "agent_version",
+    "status",
+    "error",
+    "input",
+    "output",
+    "started_at",
+    "ended_at",
+    "session_id",
+    "parent_trace_id",
+    "end_user_id",
+    "environment",
+    "release",
+    "tags",
+    "metadata",
+)
+# Run fields a step may fill in when the run does not have them yet (span attributes
+# such as session.id or the root span's input).
+RUN_HINT_FIELDS = (
+    "name",
+    "agent_name",
+    "agent_version",
+    "input",
+    "output",
+    "session_id",
+    "parent_trace_id",
+    "end_user_id",
+    "environment",
+    "release",
+    "tags",
+    "metadata",
+)
+STEP_FIELDS = (
+    "parent_span_id",
+    "kind",
+    "name",
+    "started_at",
+    "ended_at",
+    "duration_ms",
+    "status",
+    "error",
+    "model",
+    "provider",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "cost",
+    "unpriced",
+    "price_id",
+    "input",
+    "output",
+    "attributes",
+    "events",
+)
+TERMINAL_STATUSES = {Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED}
+
+
+@dataclass
+class RunEvent:
+    """What a client states about a run. Only the keys present in ``fields`` change."""
+
+    trace_id: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepEvent:
+    trace_id: str
+    span_id: str
+    parent_span_id: str = ""
+    kind: str = Step.Kind.CUSTOM
+    name: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    status: str = Step.Status.UNSET
+    error: str = ""
+    model: str = ""
+    provider: str = ""
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    input: Any = None
+    output: Any = None
+    attributes: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)
+    # Filled into the run when it lacks them: session_id, end_user_id, agent_name, ...
+    run_hints: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MessageEvent:
+    trace_id: str
+    message_id: str
+    position: int
+    role: str
+    content: Any = None
+    span_id: str = ""
+    tool_calls: list = field(default_factory=list)
+    tool_call_id: str = ""
+    name: str = ""
+    tokens: int | None = None
+    finish_reason: str = ""
+
+
+@dataclass
+class ToolCallEvent:
+    trace_id: str
+    call_id: str
+    tool_name: str
+    span_id: str = ""
+    arguments: Any = None
+    result: Any = None
+    error: str = ""
+    latency_ms: float | None = None
+    started_at: datetime | None = None
+
+
+@dataclass
+class MemoryEvent:
+    trace_id: str
+    snapshot_id: str
+    sequence: int
+    state: Any
+    span_id: str = ""
+    taken_at: datetime | None = None
+
+
+@dataclass
+class IngestResult:
+    runs_created: list[int] = field(default_factory=list)
+    runs_touched: list[int] = field(default_factory=list)
+    steps: int = 0
+    messages: int = 0
+    tool_calls: int = 0
+    snapshots: int = 0
+
+
+def _last_wins(items: Iterable, key) -> list:
+    """Keep the last item of each key: one batch may repeat an id, and PostgreSQL
+    refuses to upsert the same row twice in one statement."""
+    return list({key(item): item for item in items}.values())
+
+
+def _duration_ms(started: datetime | None, ended: datetime | None) -> float | None:
+    if started and ended:
+        return max((ended - started).total_seconds() * 1000, 0.0)
+    return None
+
+
+def ingest(
+    *,
+    project: Project,
+    runs: Iterable[RunEvent] = (),
+    steps: Iterable[StepEvent] = (),
+    messages: Iterable[MessageEvent] = (),
+    tool_calls: Iterable[ToolCallEvent] = (),
+    snapshots: Iterable[MemoryEvent] = (),
+    announce: bool = True,
+) -> IngestResult:
+    """Store a batch of trace data for ``project`` durably; see the module docstring."""
+    redactor = redactor_for(project)
+    runs = _last_wins(runs, lambda e: e.trace_id)
+    steps = _last_wins(steps, lambda e: (e.trace_id, e.span_id))
+    messages = _last_wins(messages, lambda e: (e.trace_id, e.message_id))
+    tool_calls = _last_wins(tool_calls, lambda e: (e.trace_id, e.call_id))
+    snapshots = _last_wins(snapshots, lambda e: (e.trace_id, e.snapshot_id))
+    trace_ids = sorted(
+        {e.trace_id for e in runs}
+        | {e.trace_id for e in steps}
+        | {e.trace_id for e in messages}
+        | {e.trace_id for e in tool_calls}
+        | {e.trace_id for e in snapshots}
+    )
+    result = IngestResult()
+    if not trace_ids:
+        return result
+    now = timezone.now()
+    with transaction.atomic():
+        run_by_trace, created = _upsert_runs(project, trace_ids, runs, steps, redactor, now)
+        result.runs_created = [run_by_trace[t].pk for t in created]
+        result.runs_touched = sorted(run.pk for run in run_by_trace.values())
+        result.steps = _upsert_steps(project, run_by_trace, steps, redactor, now)
+        result.messages = _upsert_messages(project, run_by_trace, messages, redactor, now)
+        result.tool_calls = _upsert_tool_calls(project, run_by_trace, tool_calls, redactor, now)
+        result.snapshots = _upsert_snapshots(project, run_by_trace, snapshots, redactor, now)
+        _link_to_steps(result.runs_touched)
+        _link_parent_runs(project, result.runs_touched)
+        recompute_run_totals(result.runs_touched)
+        if announce:
+            runs_changed = [{"id": pk, "new": pk in result.runs_created} for pk in result.runs_touched]
+            transaction.on_commit(
+                lambda: live.announce(project=project, event="runs.ingested", data={"runs": runs_changed})
+            )
+    return result
+
+
+def _upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor, now):
+    """Lock (or create) the runs of ``trace_ids`` and merge what the events say."""
+    Run.objects.bulk_create(
+        [
+            Run(organization_id=project.organization_id, project=project, trace_id=t, created_at=now, updated_at=now)
+            for t in trace_ids
+        ],
+        ignore_conflicts=True,
+    )
+    locked = Run.objects.select_for_update().filter(project=project, trace_id__in=trace_ids).order_by("id")
+    run_by_trace = {run.trace_id: run for run in locked}
+    # A run is new if nobody has written to it before this batch.
+    created = [t for t, run in run_by_trace.items() if run.created_at == now and run.updated_at == now]
+
+    changed: set[str] = set()
+    for event in step_events:
+        run = run_by_trace[event.trace_id]
+        for name, value in event.run_hints.items():
+            if name not in RUN_HINT_FIELDS or value in (None, "", [], {}):
+                continue
+            if getattr(run, name) in (None, "", [], {}):
+                setattr(run, name, redactor.apply(value) if name in ("input", "output", "metadata") else value)
+                changed.add(name)
+    for event in run_events:
+        run = run_by_trace[event.trace_id]
+        for name, value in event.fields.items():
+            if name not in RUN_FIELDS:
+                continue
+            if name in ("input", "output", "metadata", "error"):
+                value = redactor.apply(value)
+            setattr(run, name, value)
+            changed.add(name)
+            if name == "status":
+                run.status_explicit = True
+                changed.add("status_explicit")
+    for run in run_by_trace.values():
+        run.updated_at = now
+    Run.objects.bulk_update(list(run_by_trace.values()), sorted(changed | {"updated_at"}))
+    return run_by_trace, created
+
+
+def _upsert_steps(project, run_by_trace, events, redactor: Redactor, now) -> int:
+    rows = []
+    for event in events:
+        cost, unpriced, price_id = None, False, None
+        if event.model or event.kind == Step.Kind.LLM:
+            computed = step_cost(
+                model=event.model,
+                input_tokens=event.input_tokens,
+                cached_input_tokens=event.cached_input_tokens,
+                output_tokens=event.output_tokens,
+                at=event.started_at or now,
+            )
+            cost, price_id = computed.amount, computed.price_id
+            unpriced = computed.amount is None and (
+                event.kind == Step.Kind.LLM or event.input_tokens or event.output_tokens
+            )
+        rows.append(
+            Step(
+                organization_id=project.organization_id,
+                project=project,
+                run=run_by_trace[event.trace_id],
+                span_id=event.span_id,
+                parent_span_id=event.parent_span_id or "",
+                kind=event.kind,
+                name=event.name[:500],
+                started_at=event.started_at,
+                ended_at=event.ended_at,
+                duration_ms=_duration_ms(event.started_at, event.ended_at),
+                status=event.status,
+                error=redactor.apply(event.error) or "",
+                model=event.model[:200],
+                provider=event.provider[:100],
+                input_tokens=max(event.input_tokens, 0),
+                cached_input_tokens=max(event.cached_input_tokens, 0),
+                output_tokens=max(event.output_tokens, 0),
+                cost=cost,
+                unpriced=bool(unpriced),
+                price_id=price_id,
+                input=redactor.apply(event.input),
+                output=redactor.apply(event.output),
+                attributes=redactor.apply(event.attributes) or {},
+                events=redactor.apply(event.events) or [],
+                created_at=now,
+            )
+        )
+    if rows:
+        Step.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["run", "span_id"], update_fields=STEP_FIELDS
+        )
+    return len(rows)
+
+
+def _upsert_messages(project, run_by_trace, events, redactor: Redactor, now) -> int:
+    rows = [
+        Message(
+            organization_id=project.organization_id,
+            project=project,
+            run=run_by_trace[e.trace_id],
+            span_id=e.span_id,
+            message_id=e.message_id,
+            position=e.position,
+            role=e.role[:32],
+            content=redactor.apply(e.content),
+            tool_calls=redactor.apply(e.tool_calls) or [],
+            tool_call_id=e.tool_call_id[:200],
+            name=e.name[:200],
+            tokens=e.tokens,
+            finish_reason=e.finish_reason[:64],
+            created_at=now,
+        )
+        for e in events
+    ]
+    if rows:
+        Message.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["run", "message_id"],
+            update_fields=[
+                "span_id",
+                "position",
+                "role",
+                "content",
+                "tool_calls",
+                "tool_call_id",
+                "name",
+                "tokens",
+                "finish_reason",
+            ],
+        )
+    return len(rows)
+
+
+def _upsert_tool_calls(project, run_by_trace, events, redactor: Redactor, now) -> int:
+    rows = [
+        ToolCall(
+            organization_id=project.organization_id,
+            project=project,
+            run=run_by_trace[e.trace_id],
+            span_id=e.span_id,
+            call_id=e.call_id,
+            tool_name=e.tool_name[:200],
+            arguments=redactor.apply(e.arguments),
+            result=redactor.apply(e.result),
+            error=redactor.apply(e.error) or "",
+            latency_ms=e.latency_ms,
+            started_at=e.started_at,
+            created_at=now,
+        )
+        for e in events
+    ]
+    if rows:
+        ToolCall.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["run", "call_id"],
+            update_fields=["span_id", "tool_name", "arguments", "result", "error", "latency_ms", "started_at"],
+        )
+    return len(rows)
+
+
+def _upsert_snapshots(project, run_by_trace, events, redactor: Redactor, now) -> int:
+    rows = [
+        MemorySnapshot(
+            organization_id=project.organization_id,
+            project=project,
+            run=run_by_trace[e.trace_id],
+            span_id=e.span_id,
+            snapshot_id=e.snapshot_id,
+            sequence=e.sequence,
+            state=redactor.apply(e.state),
+            taken_at=e.taken_at,
+            created_at=now,
+        )
+        for e in events
+    ]
+    if rows:
+        MemorySnapshot.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["run", "snapshot_id"],
+            update_fields=["span_id", "sequence", "state", "taken_at"],
+        )
+    return len(rows)
+
+
+def _link_to_steps(run_ids: list[int]) -> None:
+    """Tie messages, tool calls and snapshots to their step by span id, whichever arrived first."""
+    with connection.cursor() as cursor:
+        for table in ("runs_message", "runs_toolcall", "runs_memorysnapshot"):
+            cursor.execute(
+                f"""
+                UPDATE {table} AS item SET step_id = step.id
+                FROM runs_step AS step
+                WHERE item.run_id = ANY(%s) AND item.span_id <> '' AND item.step_id IS NULL
+                  AND step.run_id = item.run_id AND step.span_id = item.span_id
+                """,  # noqa: S608 - table names are constants
+                [run_ids],
+            )
+
+
+def _link_parent_runs(project, run_ids: list[int]) -> None:
+    """Tie sub-agent runs to their parent run by the parent's trace id, in either order."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE runs_run AS child SET parent_run_id = parent.id
+            FROM runs_run AS parent
+            WHERE child.project_id = %s AND child.parent_trace_id <> '' AND child.parent_run_id IS NULL
+              AND parent.project_id = child.project_id AND parent.trace_id = child.parent_trace_id
+              AND (child.id = ANY(%s) OR parent.id = ANY(%s))
+            """,
+            [project.pk, run_ids, run_ids],
+        )
+
+
+def recompute_run_totals(run_ids: list[int]) -> None:
+    """Recompute totals, time span, status and search text of ``run_ids`` from their
+    steps, in one statement. Runs whose client stated a status keep it."""
+    if not run_ids:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH totals AS (
+                SELECT run_id,
+                       count(*) AS step_count,
+                       count(*) FILTER (WHERE status = 'error') AS error_count,
+                       count(*) FILTER (WHERE kind = 'llm') AS llm_call_count,
+                       coalesce(sum(input_tokens), 0) AS input_tokens,
+                       coalesce(sum(cached_input_tokens), 0) AS cached_input_tokens,
+                       coalesce(sum(output_tokens), 0) AS output_tokens,
+                       coalesce(sum(cost), 0) AS total_cost,
+                       count(*) FILTER (WHERE unpriced) AS unpriced_step_count,
+                       coalesce(array_agg(DISTINCT model) FILTER (WHERE model <> ''), '{}') AS models_used,
+                       min(started_at) AS first_start,
+                       max(ended_at) AS last_end,
+                       bool_or(parent_span_id = '' AND ended_at IS NOT NULL AND status = 'error') AS root_failed,
+                       bool_or(parent_span_id = '' AND ended_at IS NOT NULL) AS root_ended,
+                       max(error) FILTER (WHERE parent_span_id = '' AND status = 'error') AS root_error
+                FROM runs_step WHERE run_id = ANY(%s) GROUP BY run_id
+            )
+            UPDATE runs_run AS run SET
+                step_count = totals.step_count,
+                error_count = totals.error_count,
+                llm_call_count = totals.llm_call_count,
+                input_tokens = totals.input_tokens,
+                cached_input_tokens = totals.cached_input_tokens,
+                output_tokens = totals.output_tokens,
+                total_cost = totals.total_cost,
+                unpriced_step_count = totals.unpriced_step_count,
+                models_used = totals.models_used,
+                started_at = LEAST(run.started_at, totals.first_start),
+                ended_at = CASE WHEN run.status_explicit AND run.status NOT IN ('succeeded', 'failed', 'cancelled')
+                                THEN run.ended_at ELSE GREATEST(run.ended_at, totals.last_end) END,
+                status = CASE
+                    WHEN run.status_explicit THEN run.status
+                    WHEN totals.root_failed THEN 'failed'
+                    WHEN totals.root_ended THEN 'succeeded'
+                    ELSE 'running' END,
+                error = CASE WHEN run.error = '' AND totals.root_failed THEN coalesce(totals.root_error, '')
+                             ELSE run.error END
+            FROM totals WHERE run.id = totals.run_id
+            """,
+            [run_ids],
+        )
+        cursor.execute(
+            """
+            UPDATE runs_run SET
+                latency_ms = CASE WHEN started_at IS NOT NULL AND ended_at IS NOT NULL
+                                  THEN (extract(epoch FROM ended_at - started_at) * 1000)::bigint END,
+                search = to_tsvector('simple', left(coalesce(name, '') || ' ' || coalesce(input::text, '') || ' '
+                                                    || coalesce(output::text, ''), 500000))
+            WHERE id = ANY(%s)
+            """,
+            [run_ids],
+        )

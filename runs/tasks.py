@@ -1,0 +1,38 @@
+"""Periodic work of the trace store."""
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.db.models import Q
+from django.utils import timezone
+
+from agentops.scoping import dangerously_unscoped, organization_scope
+from runs.models import IngestSettings, Run
+
+PURGE_BATCH = 1000
+
+
+@shared_task
+def purge_expired_runs() -> int:
+    """Delete runs older than their project's retention, in batches (nightly)."""
+    with dangerously_unscoped("the nightly purge reads every project's retention"):
+        policies = list(
+            IngestSettings.objects.filter(retention_days__isnull=False).values_list(
+                "organization_id", "project_id", "retention_days"
+            )
+        )
+    deleted = 0
+    for organization_id, project_id, days in policies:
+        cutoff = timezone.now() - timedelta(days=days)
+        with organization_scope(organization_id):
+            while True:
+                ids = list(
+                    Run.objects.filter(project_id=project_id)
+                    .filter(Q(started_at__lt=cutoff) | Q(started_at__isnull=True, created_at__lt=cutoff))
+                    .values_list("id", flat=True)[:PURGE_BATCH]
+                )
+                if not ids:
+                    break
+                Run.objects.filter(id__in=ids).delete()
+                deleted += len(ids)
+    return deleted
