@@ -243,7 +243,11 @@ def _upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor
     changed: set[str] = set()
     for event in step_events:
         run = run_by_trace[event.trace_id]
-        for name, value in event.run_hints.items():
+        hints = dict(event.run_hints)
+        if not event.parent_span_id:
+            # The root span names the run and carries its input and output.
+            hints = {"name": event.name, "input": event.input, "output": event.output, **hints}
+        for name, value in hints.items():
             if name not in RUN_HINT_FIELDS or value in (None, "", [], {}):
                 continue
             if getattr(run, name) in (None, "", [], {}):

@@ -1,0 +1,247 @@
+"""Reads of the trace store, shared by the REST API and the pages. Every function takes
+the project and returns rows of that project only (the organization scope is applied
+by the tenant manager underneath)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.postgres.search import SearchQuery
+from django.db.models import Avg, Count, Max, Min, Q, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncHour
+from django.http import Http404
+
+from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
+
+SORTABLE = {
+    "started_at": ("started_at", "id"),
+    "-started_at": ("-started_at", "-id"),
+    "cost": ("total_cost", "id"),
+    "-cost": ("-total_cost", "-id"),
+    "latency": ("latency_ms", "id"),
+    "-latency": ("-latency_ms", "-id"),
+    "tokens": ("output_tokens", "id"),
+    "-tokens": ("-output_tokens", "-id"),
+}
+
+
+@dataclass
+class RunFilters:
+    """Filters of the runs list (API query parameters and the page's form alike)."""
+
+    status: list[str] | None = None
+    agent: str | None = None
+    model: str | None = None
+    tag: str | None = None
+    session: str | None = None
+    environment: str | None = None
+    trace_id: str | None = None
+    end_user: str | None = None
+    started_after: datetime | None = None
+    started_before: datetime | None = None
+    min_cost: Decimal | None = None
+    max_cost: Decimal | None = None
+    min_latency_ms: int | None = None
+    max_latency_ms: int | None = None
+    q: str | None = None
+
+
+def run_list(*, project, filters: RunFilters | None = None) -> QuerySet[Run]:
+    """The project's runs, filtered, newest first (callers may re-order)."""
+    filters = filters or RunFilters()
+    queryset = Run.objects.filter(project=project)
+    if filters.status:
+        queryset = queryset.filter(status__in=filters.status)
+    if filters.agent:
+        queryset = queryset.filter(agent_name=filters.agent)
+    if filters.model:
+        queryset = queryset.filter(models_used__contains=[filters.model])
+    if filters.tag:
+        queryset = queryset.filter(tags__contains=[filters.tag])
+    if filters.session:
+        queryset = queryset.filter(session_id=filters.session)
+    if filters.environment:
+        queryset = queryset.filter(environment=filters.environment)
+    if filters.trace_id:
+        queryset = queryset.filter(trace_id=filters.trace_id)
+    if filters.end_user:
+        queryset = queryset.filter(end_user_id=filters.end_user)
+    if filters.started_after:
+        queryset = queryset.filter(started_at__gte=filters.started_after)
+    if filters.started_before:
+        queryset = queryset.filter(started_at__lt=filters.started_before)
+    if filters.min_cost is not None:
+        queryset = queryset.filter(total_cost__gte=filters.min_cost)
+    if filters.max_cost is not None:
+        queryset = queryset.filter(total_cost__lte=filters.max_cost)
+    if filters.min_latency_ms is not None:
+        queryset = queryset.filter(latency_ms__gte=filters.min_latency_ms)
+    if filters.max_latency_ms is not None:
+        queryset = queryset.filter(latency_ms__lte=filters.max_latency_ms)
+    if filters.q:
+        queryset = queryset.filter(search=SearchQuery(filters.q, config="simple", search_type="websearch"))
+    return queryset.order_by("-started_at", "-id").defer("search", "input", "output", "metadata")
+
+
+def run_detail(*, project, run_id: int) -> Run:
+    """One run of the project, or Http404 (another tenant's run is not found either)."""
+    run = Run.objects.filter(project=project, pk=run_id).first()
+    if run is None:
+        raise Http404("run not found")
+    return run
+
+
+def step_list(*, run: Run) -> QuerySet[Step]:
+    """A run's steps in start order (the waterfall and the API)."""
+    return Step.objects.filter(run=run).order_by("started_at", "id")
+
+
+@dataclass
+class StepNode:
+    step: Step
+    depth: int
+    children: list[StepNode]
+
+
+def step_tree(*, run: Run, steps: list[Step] | None = None) -> list[StepNode]:
+    """The run's steps as a forest by parent span id, children in start order. A step
+    whose parent never arrived is shown as a root rather than lost."""
+    steps = list(steps if steps is not None else step_list(run=run))
+    by_span = {step.span_id: StepNode(step, 0, []) for step in steps}
+    roots: list[StepNode] = []
+    for step in steps:
+        node = by_span[step.span_id]
+        parent = by_span.get(step.parent_span_id) if step.parent_span_id else None
+        if parent is None or parent is node:
+            roots.append(node)
+        else:
+            parent.children.append(node)
+
+    def set_depth(nodes: list[StepNode], depth: int) -> None:
+        stack = [(node, depth) for node in reversed(nodes)]
+        while stack:
+            node, level = stack.pop()
+            node.depth = level
+            stack.extend((child, level + 1) for child in reversed(node.children))
+
+    set_depth(roots, 0)
+    return roots
+
+
+def flatten_tree(roots: list[StepNode]) -> list[StepNode]:
+    """The tree in display order (depth first)."""
+    out: list[StepNode] = []
+    stack = list(reversed(roots))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(node.children))
+    return out
+
+
+def message_list(*, run: Run) -> QuerySet[Message]:
+    """Every stored message of the run, in position order."""
+    return Message.objects.filter(run=run).select_related("step").order_by("position", "id")
+
+
+def transcript(*, run: Run) -> list[Message]:
+    """The conversation as a person reads it: messages in order, where an LLM call's
+    input messages that repeat the history already shown are left out."""
+    seen: set[tuple] = set()
+    out: list[Message] = []
+    for message in message_list(run=run):
+        key = (message.role, repr(message.content), message.tool_call_id)
+        if ":in:" in message.message_id and key in seen:
+            continue
+        seen.add(key)
+        out.append(message)
+    return out
+
+
+def tool_call_list(*, run: Run) -> QuerySet[ToolCall]:
+    return ToolCall.objects.filter(run=run).select_related("step").order_by("started_at", "id")
+
+
+def memory_list(*, run: Run) -> QuerySet[MemorySnapshot]:
+    return MemorySnapshot.objects.filter(run=run).select_related("step").order_by("sequence", "id")
+
+
+def session_list(*, project, started_after: datetime | None = None) -> QuerySet:
+    """Sessions (conversations) of the project with their run counts and totals, newest first."""
+    queryset = Run.objects.filter(project=project).exclude(session_id="")
+    if started_after:
+        queryset = queryset.filter(started_at__gte=started_after)
+    return (
+        queryset.values("session_id")
+        .annotate(
+            run_count=Count("id"),
+            first_started_at=Min("started_at"),
+            last_started_at=Max("started_at"),
+            total_cost=Sum("total_cost"),
+            input_tokens=Sum("input_tokens"),
+            output_tokens=Sum("output_tokens"),
+            failed=Count("id", filter=Q(status=Run.Status.FAILED)),
+        )
+        .order_by("-last_started_at")
+    )
+
+
+def session_runs(*, project, session_id: str) -> QuerySet[Run]:
+    """The runs of one conversation, in order."""
+    return Run.objects.filter(project=project, session_id=session_id).order_by("started_at", "id").defer("search")
+
+
+def dashboard(*, project, start: datetime, end: datetime) -> dict[str, Any]:
+    """The project's aggregates between ``start`` and ``end``, and series over time
+    (hourly up to two days, daily beyond)."""
+    runs = Run.objects.filter(project=project, started_at__gte=start, started_at__lt=end)
+    totals = runs.aggregate(
+        runs=Count("id"),
+        succeeded=Count("id", filter=Q(status=Run.Status.SUCCEEDED)),
+        failed=Count("id", filter=Q(status=Run.Status.FAILED)),
+        input_tokens=Sum("input_tokens"),
+        output_tokens=Sum("output_tokens"),
+        cost=Sum("total_cost"),
+        unpriced_steps=Sum("unpriced_step_count"),
+        avg_latency_ms=Avg("latency_ms"),
+    )
+    finished = (totals["succeeded"] or 0) + (totals["failed"] or 0)
+    totals["success_rate"] = (totals["succeeded"] / finished) if finished else None
+    latency = _percentiles(runs, "latency_ms", (0.5, 0.95))
+    totals["p50_latency_ms"], totals["p95_latency_ms"] = latency
+    bucket = TruncHour("started_at") if (end - start).total_seconds() <= 2 * 86400 else TruncDay("started_at")
+    series = list(
+        runs.annotate(bucket=bucket)
+        .values("bucket")
+        .annotate(
+            runs=Count("id"),
+            failed=Count("id", filter=Q(status=Run.Status.FAILED)),
+            cost=Sum("total_cost"),
+            tokens=Sum("output_tokens") + Sum("input_tokens"),
+            avg_latency_ms=Avg("latency_ms"),
+        )
+        .order_by("bucket")
+    )
+    steps = Step.objects.filter(project=project, kind=Step.Kind.LLM, started_at__gte=start, started_at__lt=end)
+    cost_by_model = list(
+        steps.exclude(model="").values("model").annotate(cost=Sum("cost"), calls=Count("id")).order_by("-cost")[:20]
+    )
+    return {"totals": totals, "series": series, "cost_by_model": cost_by_model}
+
+
+def _percentiles(queryset: QuerySet, column: str, fractions: tuple[float, ...]) -> list[float | None]:
+    """Percentiles computed in PostgreSQL (percentile_cont), not in Python."""
+    from django.db import connection
+
+    sql, params = queryset.filter(**{f"{column}__isnull": False}).values(column).query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join('percentile_cont(%s) WITHIN GROUP (ORDER BY sub.' + column + ')' for _ in fractions)}"  # noqa: S608
+            f" FROM ({sql}) AS sub",
+            [*fractions, *params],
+        )
+        row = cursor.fetchone()
+    return [float(value) if value is not None else None for value in row]

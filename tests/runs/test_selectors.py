@@ -1,0 +1,108 @@
+"""Reads of the trace store: filters, tree, transcript, sessions, dashboard."""
+
+from datetime import UTC, datetime, timedelta
+
+from agentops.scoping import organization_scope
+from runs import selectors
+from runs.services.ingest import MessageEvent, StepEvent, ingest
+
+T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+
+
+def _at(s):
+    return T0 + timedelta(seconds=s)
+
+
+def _load(project):
+    steps = []
+    for n in range(3):
+        trace = f"t{n}"
+        steps += [
+            StepEvent(
+                trace_id=trace,
+                span_id="root",
+                kind="agent",
+                name=f"run {n}",
+                started_at=_at(n * 100),
+                ended_at=_at(n * 100 + 10 * (n + 1)),
+                status="error" if n == 2 else "ok",
+                input={"q": f"question about {'refunds' if n == 1 else 'weather'}"},
+                run_hints={"session_id": "s-a" if n < 2 else "s-b", "tags": ["prod"] if n else []},
+            ),
+            StepEvent(
+                trace_id=trace,
+                span_id="llm",
+                parent_span_id="root",
+                kind="llm",
+                model="mistral-small-2603",
+                started_at=_at(n * 100 + 1),
+                ended_at=_at(n * 100 + 2),
+                input_tokens=100,
+                output_tokens=10,
+            ),
+            StepEvent(
+                trace_id=trace,
+                span_id="tool",
+                parent_span_id="llm",
+                kind="tool",
+                started_at=_at(n * 100 + 3),
+                ended_at=_at(n * 100 + 4),
+            ),
+            StepEvent(trace_id=trace, span_id="orphan", parent_span_id="missing", started_at=_at(n * 100 + 5)),
+        ]
+    ingest(project=project, steps=steps, announce=False)
+
+
+def test_filters_and_full_text(tenant):
+    project = tenant.project
+    with organization_scope(project.organization):
+        _load(project)
+        names = lambda f: [r.name for r in selectors.run_list(project=project, filters=f)]  # noqa: E731
+        assert names(selectors.RunFilters()) == ["run 2", "run 1", "run 0"]
+        assert names(selectors.RunFilters(status=["failed"])) == ["run 2"]
+        assert names(selectors.RunFilters(tag="prod")) == ["run 2", "run 1"]
+        assert names(selectors.RunFilters(q="refunds")) == ["run 1"]
+        assert names(selectors.RunFilters(min_latency_ms=15_000)) == ["run 2", "run 1"]
+        assert names(selectors.RunFilters(model="mistral-small-2603", session="s-a")) == ["run 1", "run 0"]
+
+
+def test_tree_keeps_orphans_as_roots(tenant):
+    project = tenant.project
+    with organization_scope(project.organization):
+        _load(project)
+        run = selectors.run_list(project=project).get(trace_id="t0")
+        flat = [(n.step.span_id, n.depth) for n in selectors.flatten_tree(selectors.step_tree(run=run))]
+    assert flat == [("root", 0), ("llm", 1), ("tool", 2), ("orphan", 0)]
+
+
+def test_transcript_drops_repeated_history(tenant):
+    project = tenant.project
+    history = [("system", "be brief"), ("user", "hi")]
+    events = [
+        MessageEvent(trace_id="t", message_id=f"a:in:{i}", position=i, role=r, content=c, span_id="a")
+        for i, (r, c) in enumerate(history)
+    ]
+    events.append(MessageEvent(trace_id="t", message_id="a:out:0", position=10, role="assistant", content="hello"))
+    events += [
+        MessageEvent(trace_id="t", message_id=f"b:in:{i}", position=20 + i, role=r, content=c)
+        for i, (r, c) in enumerate([*history, ("assistant", "hello"), ("user", "bye")])
+    ]
+    with organization_scope(project.organization):
+        ingest(project=project, messages=events, announce=False)
+        run = selectors.run_list(project=project).get()
+        lines = [(m.role, m.content) for m in selectors.transcript(run=run)]
+    assert lines == [("system", "be brief"), ("user", "hi"), ("assistant", "hello"), ("user", "bye")]
+
+
+def test_sessions_and_dashboard(tenant):
+    project = tenant.project
+    with organization_scope(project.organization):
+        _load(project)
+        sessions = {s["session_id"]: s["run_count"] for s in selectors.session_list(project=project)}
+        board = selectors.dashboard(project=project, start=T0 - timedelta(hours=1), end=T0 + timedelta(hours=1))
+    assert sessions == {"s-a": 2, "s-b": 1}
+    totals = board["totals"]
+    assert (totals["runs"], totals["failed"], totals["input_tokens"]) == (3, 1, 300)
+    assert totals["success_rate"] == 2 / 3
+    assert totals["p50_latency_ms"] == 20_000.0
+    assert board["cost_by_model"][0]["model"] == "mistral-small-2603"
