@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.core.cache import cache
 from django.utils import timezone
 
 from billing.models import ModelPrice
 
 MILLION = Decimal(1_000_000)
-# The price table is small and read for every stored step: keep it in memory briefly.
-_CACHE_KEY = "billing:model-prices:v1"
+# The price table is small and read for every stored step: each process keeps it in
+# memory for a minute, so an edit in the admin applies everywhere within a minute.
 _CACHE_SECONDS = 60
+_cache: dict[str, object] = {"loaded_at": 0.0, "prices": None}
+_cache_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -37,28 +40,29 @@ class Cost:
 
 
 def _prices() -> list[Price]:
-    prices = cache.get(_CACHE_KEY)
-    if prices is None:
-        prices = [
-            Price(
-                p.pk,
-                p.pattern,
-                p.match,
-                p.priority,
-                p.input_per_million,
-                p.cached_input_per_million,
-                p.output_per_million,
-                p.effective_from,
-            )
-            for p in ModelPrice.objects.all()
-        ]
-        cache.set(_CACHE_KEY, prices, _CACHE_SECONDS)
-    return prices
+    with _cache_lock:
+        if _cache["prices"] is None or time.monotonic() - _cache["loaded_at"] > _CACHE_SECONDS:
+            _cache["prices"] = [
+                Price(
+                    p.pk,
+                    p.pattern,
+                    p.match,
+                    p.priority,
+                    p.input_per_million,
+                    p.cached_input_per_million,
+                    p.output_per_million,
+                    p.effective_from,
+                )
+                for p in ModelPrice.objects.all()
+            ]
+            _cache["loaded_at"] = time.monotonic()
+        return _cache["prices"]
 
 
 def prices_changed() -> None:
-    """Forget the cached table (call after editing prices)."""
-    cache.delete(_CACHE_KEY)
+    """Forget this process's copy of the table (call after editing prices)."""
+    with _cache_lock:
+        _cache["prices"] = None
 
 
 def _matches(price: Price, model: str) -> bool:

@@ -112,3 +112,26 @@ def celery_worker(transactional_db):
         app, pool="solo", concurrency=1, perform_ping_check=False, loglevel="WARNING", shutdown_timeout=30
     ):
         yield app
+
+
+DB_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences", "django_db_serialized_rollback"}
+
+
+@pytest.fixture(autouse=True)
+def _seeded_price_table(request):
+    """Every test that uses the database finds the seeded price table, as a fresh
+    install does: transactional tests empty all tables afterwards, migration data too."""
+    from billing.services import prices_changed
+
+    prices_changed()
+    if request.node.get_closest_marker("django_db") is None and not DB_FIXTURES & set(request.fixturenames):
+        yield
+        return
+    request.getfixturevalue("django_db_setup")
+    from billing.models import ModelPrice
+    from billing.seed import seed_prices
+
+    with request.getfixturevalue("django_db_blocker").unblock():
+        seed_prices(ModelPrice)
+    yield
+    prices_changed()

@@ -1,0 +1,221 @@
+"""Benchmark: read paths of the trace store at volume.
+
+Loads 1,000,000 steps in 125,000 runs (8 steps each, plus one 500-step run) into a
+private embedded PostgreSQL with COPY, then times through the REST API (in-process
+Django client, real PostgreSQL):
+  - the runs list, first page, filtered by status and a time range,
+  - a 500-step run's detail and its steps,
+  - the dashboard aggregates (selectors.dashboard) over 7 days.
+Prints p50/p95 of each against the goals (list p95 < 100 ms, detail p95 < 250 ms,
+dashboard < 500 ms).
+
+    .venv/bin/python bench/runs_queries.py [--runs 125000] [--repeat 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def setup_django(data_dir: str) -> None:
+    os.environ["DATA_DIR"] = data_dir
+    os.environ.setdefault("DEBUG", "true")
+    os.environ.pop("DATABASE_URL", None)
+    os.environ.pop("REDIS_URL", None)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "agentops.settings"
+    os.environ["API_RATE_LIMIT_PER_USER"] = "1000000/min"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+STATUSES = ["succeeded"] * 8 + ["failed", "running"]
+MODELS = ["mistral-large-2512", "mistral-small-2603", "codestral-2508"]
+KINDS = ["agent", "llm", "tool", "llm", "retrieval", "llm", "tool", "llm"]
+
+
+def load(project, runs: int, now: datetime) -> int:
+    """COPY ``runs`` runs of 8 steps and one 500-step run; return the big run's id."""
+    from django.db import connection
+
+    rng = random.Random(7)
+    org_id, project_id = project.organization_id, project.pk
+    run_buffer, step_buffer = io.StringIO(), io.StringIO()
+    started = now - timedelta(days=30)
+    span = 30 * 86400
+    payload = json.dumps({"messages": [{"role": "user", "content": "How do I reset my password? " * 4}]})
+    for n in range(runs):
+        t0 = started + timedelta(seconds=span * n / runs)
+        status = rng.choice(STATUSES)
+        latency = rng.randint(500, 20000)
+        cost = f"{rng.random() / 100:.9f}"
+        run_buffer.write(
+            "\t".join([
+                str(n + 1), str(org_id), str(project_id), f"{n:032x}", f"agent run {n}", "support-agent", "1",
+                status, "f", "", payload, "\\N", t0.isoformat(), (t0 + timedelta(milliseconds=latency)).isoformat(),
+                f"session-{n // 4}", "\\N", "", f"user-{n % 1000}", "production", "v1", "{prod}", "{}",
+                "8", "1" if status == "failed" else "0", "4", "4000", "0", "400", cost, "0",
+                "{" + rng.choice(MODELS) + "}", str(latency), t0.isoformat(), t0.isoformat(),
+            ]) + "\n"
+        )
+        for i, kind in enumerate(KINDS):
+            s0 = t0 + timedelta(milliseconds=i * latency / 8)
+            model = rng.choice(MODELS) if kind == "llm" else ""
+            step_buffer.write(
+                "\t".join([
+                    str(org_id), str(project_id), str(n + 1), f"{i:016x}", "" if i == 0 else f"{0:016x}", kind,
+                    f"{kind} {i}", s0.isoformat(), (s0 + timedelta(milliseconds=latency / 8)).isoformat(),
+                    str(latency / 8), "ok", "", model, "mistral_ai" if model else "",
+                    "1000" if model else "0", "0", "100" if model else "0",
+                    "0.000500000" if model else "\\N", "f", "\\N",
+                    payload if i < 2 else "\\N", "\\N", '{"attr": "' + "x" * 200 + '"}', "[]", s0.isoformat(),
+                ]) + "\n"
+            )
+    big_id = runs + 1
+    t0 = now - timedelta(hours=1)
+    run_buffer.write(
+        "\t".join([
+            str(big_id), str(org_id), str(project_id), "f" * 32, "big run", "support-agent", "1", "succeeded", "f",
+            "", payload, "\\N", t0.isoformat(), (t0 + timedelta(seconds=500)).isoformat(), "big-session", "\\N", "",
+            "", "production", "v1", "{prod}", "{}", "500", "0", "250", "250000", "0", "25000", "0.125000000", "0",
+            "{mistral-large-2512}", "500000", t0.isoformat(), t0.isoformat(),
+        ]) + "\n"
+    )
+    for i in range(500):
+        s0 = t0 + timedelta(seconds=i)
+        step_buffer.write(
+            "\t".join([
+                str(org_id), str(project_id), str(big_id), f"{i:016x}", "" if i == 0 else f"{(i - 1) // 10:016x}",
+                "llm" if i % 2 else "tool", f"step {i}", s0.isoformat(), (s0 + timedelta(seconds=1)).isoformat(),
+                "1000", "ok", "", "mistral-large-2512" if i % 2 else "", "", "1000" if i % 2 else "0", "0",
+                "100" if i % 2 else "0", "0.000650000" if i % 2 else "\\N", "f", "\\N", payload, payload,
+                '{"attr": "' + "x" * 1500 + '"}', "[]", s0.isoformat(),
+            ]) + "\n"
+        )
+    run_columns = (
+        "id, organization_id, project_id, trace_id, name, agent_name, agent_version, status, status_explicit, error, "
+        "input, output, started_at, ended_at, session_id, parent_run_id, parent_trace_id, end_user_id, environment, "
+        "release, tags, metadata, step_count, error_count, llm_call_count, input_tokens, cached_input_tokens, "
+        "output_tokens, total_cost, unpriced_step_count, models_used, latency_ms, created_at, updated_at"
+    )
+    step_columns = (
+        "organization_id, project_id, run_id, span_id, parent_span_id, kind, name, started_at, ended_at, duration_ms, "
+        "status, error, model, provider, input_tokens, cached_input_tokens, output_tokens, cost, unpriced, price_id, "
+        "input, output, attributes, events, created_at"
+    )
+    raw = connection.connection if connection.connection else None
+    if raw is None:
+        connection.ensure_connection()
+        raw = connection.connection
+    with raw.cursor() as cursor:
+        with cursor.copy(f"COPY runs_run ({run_columns}) FROM STDIN") as copy:
+            copy.write(run_buffer.getvalue())
+        with cursor.copy(f"COPY runs_step ({step_columns}) FROM STDIN") as copy:
+            copy.write(step_buffer.getvalue())
+        cursor.execute("SELECT setval('runs_run_id_seq', (SELECT max(id) FROM runs_run))")
+        cursor.execute(
+            "UPDATE runs_run SET search = to_tsvector('simple', name || ' ' || coalesce(input::text, ''))"
+        )
+        cursor.execute("ANALYZE runs_run")
+        cursor.execute("ANALYZE runs_step")
+    raw.commit()
+    return big_id
+
+
+def timed(fn, repeat: int) -> list[float]:
+    fn()  # warm up
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def pct(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=125_000)
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+    data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
+    try:
+        setup_django(data_dir)
+        run(args)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def run(args) -> None:
+    from django.test import Client
+
+    from agentops.scoping import organization_scope
+    from agentops.services.organizations import organization_create, project_create
+    from agentops.services.users import user_get_or_create_verified
+    from runs import selectors
+
+    user, _ = user_get_or_create_verified(email="bench@example.com", password="bench-password")
+    organization = organization_create(name="Bench", slug="bench", owner=user)
+    with organization_scope(organization):
+        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
+    now = datetime.now(UTC)
+    started = time.perf_counter()
+    big_id = load(project, args.runs, now)
+    print(f"loaded {args.runs + 1:,} runs and {args.runs * 8 + 500:,} steps in {time.perf_counter() - started:.1f} s")
+
+    client = Client()
+    client.force_login(user)
+    base = "/api/v1/projects/bench/bench"
+    week_ago = (now - timedelta(days=7)).isoformat().replace("+00:00", "Z")
+
+    def list_page():
+        response = client.get(f"{base}/runs/", {"status": "succeeded", "started_after": week_ago})
+        assert response.status_code == 200, response.content[:300]
+        assert len(response.json()["results"]) == 50
+
+    def detail():
+        response = client.get(f"{base}/runs/{big_id}/")
+        assert response.status_code == 200, response.content[:300]
+        steps = client.get(f"{base}/runs/{big_id}/steps/", {"page_size": 500})
+        assert steps.status_code == 200, steps.content[:300]
+
+    def dashboard():
+        with organization_scope(organization):
+            board = selectors.dashboard(project=project, start=now - timedelta(days=7), end=now)
+        assert board["totals"]["runs"] > 0
+
+    results = [
+        ("runs list (status + time range, first page)", timed(list_page, args.repeat), 100),
+        ("500-step run detail + steps", timed(detail, args.repeat), 250),
+        ("dashboard aggregates (7 days)", timed(dashboard, max(5, args.repeat // 3)), 500),
+    ]
+    print(f"{'query':48} {'p50 ms':>8} {'p95 ms':>8} {'goal ms':>8}")
+    for name, samples, goal in results:
+        p95 = pct(samples, 0.95)
+        verdict = "ok" if p95 < goal else "OVER"
+        print(f"{name:48} {statistics.median(samples):8.1f} {p95:8.1f} {goal:8d}  {verdict}")
+
+
+if __name__ == "__main__":
+    main()
