@@ -367,6 +367,8 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
 }
 IDEMPOTENCY_KEY_TTL = timedelta(hours=24)
+# Largest OTLP/HTTP body accepted, compressed or decompressed (413 above it).
+OTLP_MAX_BODY_BYTES = env_int("OTLP_MAX_BODY_BYTES", 16 * 1024 * 1024)
 
 # --- Internationalisation, static files.
 LANGUAGE_CODE = "en-us"
@@ -375,6 +377,13 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Plotly's JavaScript bundle ships inside the installed `plotly` package: charts load it
+# as static/vendor/plotly/plotly.min.js (agentops/staticfinders.py), never from a CDN.
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "agentops.staticfinders.PackageFileFinder",
+]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

@@ -44,44 +44,64 @@ def build_request(batch: int, start_index: int, rng: random.Random) -> bytes:
     spans = []
     filler = "lorem ipsum dolor sit amet " * 12  # ~320 bytes
     for t in range(TRACES_PER_REQUEST):
-        trace_id = (start_index + t).to_bytes(16, "big")
+        trace_id = (start_index + t + 1).to_bytes(16, "big")  # all-zero ids are invalid
         root = (1).to_bytes(8, "big")
         for s in range(SPANS_PER_TRACE):
             span_id = (s + 1).to_bytes(8, "big")
             start = now - (SPANS_PER_TRACE - s) * 1_000_000
             if s == 0:
-                attributes = [kv("gen_ai.operation.name", "invoke_agent"), kv("gen_ai.agent.name", "support"),
-                              kv("session.id", f"session-{(start_index + t) // 4}")]
+                attributes = [
+                    kv("gen_ai.operation.name", "invoke_agent"),
+                    kv("gen_ai.agent.name", "support"),
+                    kv("session.id", f"session-{(start_index + t) // 4}"),
+                ]
             elif s % 2:
-                attributes = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "mistral-large-2512"),
-                              kv("gen_ai.usage.input_tokens", rng.randint(200, 4000)),
-                              kv("gen_ai.usage.output_tokens", rng.randint(20, 400)),
-                              kv("gen_ai.input.messages", '[{"role":"user","parts":[{"type":"text","content":"'
-                                 + filler + '"}]}]')]
+                attributes = [
+                    kv("gen_ai.operation.name", "chat"),
+                    kv("gen_ai.request.model", "mistral-large-2512"),
+                    kv("gen_ai.usage.input_tokens", rng.randint(200, 4000)),
+                    kv("gen_ai.usage.output_tokens", rng.randint(20, 400)),
+                    kv(
+                        "gen_ai.input.messages",
+                        '[{"role":"user","parts":[{"type":"text","content":"' + filler + '"}]}]',
+                    ),
+                ]
             else:
-                attributes = [kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", "search"),
-                              kv("gen_ai.tool.call.arguments", '{"q": "' + filler[:200] + '"}')]
+                attributes = [
+                    kv("gen_ai.operation.name", "execute_tool"),
+                    kv("gen_ai.tool.name", "search"),
+                    kv("gen_ai.tool.call.arguments", '{"q": "' + filler[:200] + '"}'),
+                ]
             attributes += [kv(f"app.detail.{i}", filler[:150]) for i in range(6)]
             spans.append(
-                Span(trace_id=trace_id, span_id=span_id, parent_span_id=b"" if s == 0 else root,
-                     name=f"span {s}", start_time_unix_nano=start, end_time_unix_nano=start + 900_000,
-                     attributes=attributes, status=Status(code=Status.STATUS_CODE_OK))
+                Span(
+                    trace_id=trace_id,
+                    span_id=span_id,
+                    parent_span_id=b"" if s == 0 else root,
+                    name=f"span {s}",
+                    start_time_unix_nano=start,
+                    end_time_unix_nano=start + 900_000,
+                    attributes=attributes,
+                    status=Status(code=Status.STATUS_CODE_OK),
+                )
             )
     request = ExportTraceServiceRequest(
-        resource_spans=[ResourceSpans(
-            resource={"attributes": [kv("service.name", "bench-agent")]},
-            scope_spans=[ScopeSpans(spans=spans)],
-        )]
+        resource_spans=[
+            ResourceSpans(
+                resource={"attributes": [kv("service.name", "bench-agent")]},
+                scope_spans=[ScopeSpans(spans=spans)],
+            )
+        ]
     )
     return request.SerializeToString()
 
 
 def client(url: str, key: str, first_trace: int, traces: int, results) -> None:
     import requests
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
     rng = random.Random(first_trace)
-    bodies = [build_request(i, first_trace + i * TRACES_PER_REQUEST, rng)
-              for i in range(traces // TRACES_PER_REQUEST)]
+    bodies = [build_request(i, first_trace + i * TRACES_PER_REQUEST, rng) for i in range(traces // TRACES_PER_REQUEST)]
     session = requests.Session()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/x-protobuf"}
     accepted = failed = 0
@@ -93,10 +113,15 @@ def client(url: str, key: str, first_trace: int, traces: int, results) -> None:
                 time.sleep(float(response.headers.get("Retry-After", "1")))
                 continue
             break
+        sent = TRACES_PER_REQUEST * SPANS_PER_TRACE
         if response.status_code == 200:
-            accepted += TRACES_PER_REQUEST * SPANS_PER_TRACE
+            answer = ExportTraceServiceResponse()
+            answer.ParseFromString(response.content)
+            rejected = answer.partial_success.rejected_spans
+            accepted += sent - rejected
+            failed += rejected
         else:
-            failed += TRACES_PER_REQUEST * SPANS_PER_TRACE
+            failed += sent
     results.put((accepted, failed, time.perf_counter() - started, time.perf_counter()))
 
 
@@ -113,8 +138,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
-    env = {**os.environ, "DATA_DIR": data_dir, "DEBUG": "true", "API_RATE_LIMIT_PER_KEY": "1000000/min",
-           "LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "DATA_DIR": data_dir,
+        "DEBUG": "true",
+        "API_RATE_LIMIT_PER_KEY": "1000000/min",
+        "LOG_LEVEL": "WARNING",
+    }
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
     python = sys.executable
@@ -123,25 +153,62 @@ def main() -> None:
     try:
         # One process holds the embedded servers for the whole run (see agentops/embedded.py).
         holder = subprocess.Popen(
-            [python, "-c", "import os, time, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
-             "'agentops.settings'); django.setup(); print('up', flush=True); time.sleep(10**6)"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+            [
+                python,
+                "-c",
+                "import os, time, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
+                "'agentops.settings'); django.setup(); print('up', flush=True); time.sleep(10**6)",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         holder.stdout.readline()
         subprocess.run([python, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
-        subprocess.run([python, "manage.py", "create_organization", "bench", "--owner", "bench@example.com"],
-                       cwd=ROOT, env=env, check=True, capture_output=True)
-        subprocess.run([python, "manage.py", "create_project", "bench/agent"], cwd=ROOT, env=env, check=True,
-                       capture_output=True)
-        key = subprocess.run(
-            [python, "manage.py", "create_api_key", "bench/agent", "--scopes", "ingest,read"],
-            cwd=ROOT, env=env, check=True, capture_output=True, text=True,
-        ).stdout.strip().splitlines()[-1]
+        subprocess.run(
+            [python, "manage.py", "create_organization", "bench", "--owner", "bench@example.com"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [python, "manage.py", "create_project", "bench/agent"], cwd=ROOT, env=env, check=True, capture_output=True
+        )
+        key = (
+            subprocess.run(
+                [python, "manage.py", "create_api_key", "bench/agent", "--scopes", "ingest,read"],
+                cwd=ROOT,
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         port = free_port()
         server = subprocess.Popen(
-            [python, "-m", "uvicorn", "agentops.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-             "--workers", str(args.workers), "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
-            cwd=ROOT, env=env,
+            [
+                python,
+                "-m",
+                "uvicorn",
+                "agentops.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(args.workers),
+                "--lifespan",
+                "off",
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
         )
         base = f"http://127.0.0.1:{port}"
         import requests
@@ -155,8 +222,9 @@ def main() -> None:
         per_client = args.traces // args.clients // TRACES_PER_REQUEST * TRACES_PER_REQUEST
         results = multiprocessing.Queue()
         workers = [
-            multiprocessing.Process(target=client, args=(f"{base}/api/v1/otlp/v1/traces", key, c * per_client,
-                                                         per_client, results))
+            multiprocessing.Process(
+                target=client, args=(f"{base}/api/v1/otlp/v1/traces", key, c * per_client, per_client, results)
+            )
             for c in range(args.clients)
         ]
         for worker in workers:
@@ -171,17 +239,21 @@ def main() -> None:
         expected_runs = per_client * args.clients
         headers = {"Authorization": f"Bearer {key}"}
         while True:
-            listing = requests.get(f"{base}/api/v1/projects/bench/agent/runs/", headers=headers,
-                                   params={"page_size": 1}, timeout=30).json()
-            count_response = requests.get(f"{base}/api/v1/projects/bench/agent/runs/export/", headers=headers,
-                                          timeout=120)
+            listing = requests.get(
+                f"{base}/api/v1/projects/bench/agent/runs/", headers=headers, params={"page_size": 1}, timeout=30
+            ).json()
+            count_response = requests.get(
+                f"{base}/api/v1/projects/bench/agent/runs/export/", headers=headers, timeout=120
+            )
             readable = sum(1 for line in count_response.iter_lines() if line)
             if readable >= expected_runs and listing["results"]:
                 break
             time.sleep(0.2)
         readable_after = time.perf_counter() - done_at
-        print(f"clients: {args.clients}, web workers: {args.workers}, traces: {expected_runs:,} "
-              f"({accepted + failed:,} spans, {TRACES_PER_REQUEST * SPANS_PER_TRACE} spans per request)")
+        print(
+            f"clients: {args.clients}, web workers: {args.workers}, traces: {expected_runs:,} "
+            f"({accepted + failed:,} spans, {TRACES_PER_REQUEST * SPANS_PER_TRACE} spans per request)"
+        )
         print(f"accepted: {accepted:,} spans in {wall:.2f} s = {accepted / wall:,.0f} spans/s; failed: {failed:,}")
         print(f"all {expected_runs:,} runs readable through the API {readable_after:.2f} s after the last response")
     finally:

@@ -38,6 +38,7 @@ def setup_django(data_dir: str) -> None:
     os.environ.pop("REDIS_URL", None)
     os.environ["DJANGO_SETTINGS_MODULE"] = "agentops.settings"
     os.environ["API_RATE_LIMIT_PER_USER"] = "1000000/min"
+    os.environ["ALLOWED_HOSTS"] = "testserver,localhost,127.0.0.1"
     import django
 
     django.setup()
@@ -67,50 +68,163 @@ def load(project, runs: int, now: datetime) -> int:
         latency = rng.randint(500, 20000)
         cost = f"{rng.random() / 100:.9f}"
         run_buffer.write(
-            "\t".join([
-                str(n + 1), str(org_id), str(project_id), f"{n:032x}", f"agent run {n}", "support-agent", "1",
-                status, "f", "", payload, "\\N", t0.isoformat(), (t0 + timedelta(milliseconds=latency)).isoformat(),
-                f"session-{n // 4}", "\\N", "", f"user-{n % 1000}", "production", "v1", "{prod}", "{}",
-                "8", "1" if status == "failed" else "0", "4", "4000", "0", "400", cost, "0",
-                "{" + rng.choice(MODELS) + "}", str(latency), t0.isoformat(), t0.isoformat(),
-            ]) + "\n"
+            "\t".join(
+                [
+                    str(n + 1),
+                    str(org_id),
+                    str(project_id),
+                    f"{n:032x}",
+                    f"agent run {n}",
+                    "support-agent",
+                    "1",
+                    status,
+                    "f",
+                    "{}",
+                    "",
+                    payload,
+                    "\\N",
+                    t0.isoformat(),
+                    (t0 + timedelta(milliseconds=latency)).isoformat(),
+                    f"session-{n // 4}",
+                    "\\N",
+                    "",
+                    f"user-{n % 1000}",
+                    "production",
+                    "v1",
+                    "{prod}",
+                    "{}",
+                    "8",
+                    "1" if status == "failed" else "0",
+                    "4",
+                    "4000",
+                    "0",
+                    "400",
+                    cost,
+                    "0",
+                    "{" + rng.choice(MODELS) + "}",
+                    str(latency),
+                    t0.isoformat(),
+                    t0.isoformat(),
+                ]
+            )
+            + "\n"
         )
         for i, kind in enumerate(KINDS):
             s0 = t0 + timedelta(milliseconds=i * latency / 8)
             model = rng.choice(MODELS) if kind == "llm" else ""
             step_buffer.write(
-                "\t".join([
-                    str(org_id), str(project_id), str(n + 1), f"{i:016x}", "" if i == 0 else f"{0:016x}", kind,
-                    f"{kind} {i}", s0.isoformat(), (s0 + timedelta(milliseconds=latency / 8)).isoformat(),
-                    str(latency / 8), "ok", "", model, "mistral_ai" if model else "",
-                    "1000" if model else "0", "0", "100" if model else "0",
-                    "0.000500000" if model else "\\N", "f", "\\N",
-                    payload if i < 2 else "\\N", "\\N", '{"attr": "' + "x" * 200 + '"}', "[]", s0.isoformat(),
-                ]) + "\n"
+                "\t".join(
+                    [
+                        str(org_id),
+                        str(project_id),
+                        str(n + 1),
+                        f"{i:016x}",
+                        "" if i == 0 else f"{0:016x}",
+                        kind,
+                        f"{kind} {i}",
+                        s0.isoformat(),
+                        (s0 + timedelta(milliseconds=latency / 8)).isoformat(),
+                        str(latency / 8),
+                        "ok",
+                        "",
+                        model,
+                        "mistral_ai" if model else "",
+                        "1000" if model else "0",
+                        "0",
+                        "100" if model else "0",
+                        "0.000500000" if model else "\\N",
+                        "f",
+                        "\\N",
+                        payload if i < 2 else "\\N",
+                        "\\N",
+                        '{"attr": "' + "x" * 200 + '"}',
+                        "[]",
+                        s0.isoformat(),
+                    ]
+                )
+                + "\n"
             )
     big_id = runs + 1
     t0 = now - timedelta(hours=1)
     run_buffer.write(
-        "\t".join([
-            str(big_id), str(org_id), str(project_id), "f" * 32, "big run", "support-agent", "1", "succeeded", "f",
-            "", payload, "\\N", t0.isoformat(), (t0 + timedelta(seconds=500)).isoformat(), "big-session", "\\N", "",
-            "", "production", "v1", "{prod}", "{}", "500", "0", "250", "250000", "0", "25000", "0.125000000", "0",
-            "{mistral-large-2512}", "500000", t0.isoformat(), t0.isoformat(),
-        ]) + "\n"
+        "\t".join(
+            [
+                str(big_id),
+                str(org_id),
+                str(project_id),
+                "f" * 32,
+                "big run",
+                "support-agent",
+                "1",
+                "succeeded",
+                "f",
+                "{}",
+                "",
+                payload,
+                "\\N",
+                t0.isoformat(),
+                (t0 + timedelta(seconds=500)).isoformat(),
+                "big-session",
+                "\\N",
+                "",
+                "",
+                "production",
+                "v1",
+                "{prod}",
+                "{}",
+                "500",
+                "0",
+                "250",
+                "250000",
+                "0",
+                "25000",
+                "0.125000000",
+                "0",
+                "{mistral-large-2512}",
+                "500000",
+                t0.isoformat(),
+                t0.isoformat(),
+            ]
+        )
+        + "\n"
     )
     for i in range(500):
         s0 = t0 + timedelta(seconds=i)
         step_buffer.write(
-            "\t".join([
-                str(org_id), str(project_id), str(big_id), f"{i:016x}", "" if i == 0 else f"{(i - 1) // 10:016x}",
-                "llm" if i % 2 else "tool", f"step {i}", s0.isoformat(), (s0 + timedelta(seconds=1)).isoformat(),
-                "1000", "ok", "", "mistral-large-2512" if i % 2 else "", "", "1000" if i % 2 else "0", "0",
-                "100" if i % 2 else "0", "0.000650000" if i % 2 else "\\N", "f", "\\N", payload, payload,
-                '{"attr": "' + "x" * 1500 + '"}', "[]", s0.isoformat(),
-            ]) + "\n"
+            "\t".join(
+                [
+                    str(org_id),
+                    str(project_id),
+                    str(big_id),
+                    f"{i:016x}",
+                    "" if i == 0 else f"{(i - 1) // 10:016x}",
+                    "llm" if i % 2 else "tool",
+                    f"step {i}",
+                    s0.isoformat(),
+                    (s0 + timedelta(seconds=1)).isoformat(),
+                    "1000",
+                    "ok",
+                    "",
+                    "mistral-large-2512" if i % 2 else "",
+                    "",
+                    "1000" if i % 2 else "0",
+                    "0",
+                    "100" if i % 2 else "0",
+                    "0.000650000" if i % 2 else "\\N",
+                    "f",
+                    "\\N",
+                    payload,
+                    payload,
+                    '{"attr": "' + "x" * 1500 + '"}',
+                    "[]",
+                    s0.isoformat(),
+                ]
+            )
+            + "\n"
         )
     run_columns = (
-        "id, organization_id, project_id, trace_id, name, agent_name, agent_version, status, status_explicit, error, "
+        "id, organization_id, project_id, trace_id, name, agent_name, agent_version, status, status_explicit, "
+        "explicit_fields, error, "
         "input, output, started_at, ended_at, session_id, parent_run_id, parent_trace_id, end_user_id, environment, "
         "release, tags, metadata, step_count, error_count, llm_call_count, input_tokens, cached_input_tokens, "
         "output_tokens, total_cost, unpriced_step_count, models_used, latency_ms, created_at, updated_at"
@@ -130,9 +244,7 @@ def load(project, runs: int, now: datetime) -> int:
         with cursor.copy(f"COPY runs_step ({step_columns}) FROM STDIN") as copy:
             copy.write(step_buffer.getvalue())
         cursor.execute("SELECT setval('runs_run_id_seq', (SELECT max(id) FROM runs_run))")
-        cursor.execute(
-            "UPDATE runs_run SET search = to_tsvector('simple', name || ' ' || coalesce(input::text, ''))"
-        )
+        cursor.execute("UPDATE runs_run SET search = to_tsvector('simple', name || ' ' || coalesce(input::text, ''))")
         cursor.execute("ANALYZE runs_run")
         cursor.execute("ANALYZE runs_step")
     raw.commit()

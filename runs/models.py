@@ -3,6 +3,7 @@ tool calls and memory snapshots. Every row carries its organization and project.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
@@ -33,6 +34,8 @@ class Run(TenantModel):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     # Set when a client stated the status; otherwise it is derived from the root step.
     status_explicit = models.BooleanField(default=False)
+    # Fields a client stated in a run event: span attributes never overwrite them.
+    explicit_fields = ArrayField(models.CharField(max_length=32), default=list, blank=True)
     error = models.TextField(blank=True)
     input = models.JSONField(null=True, blank=True)
     output = models.JSONField(null=True, blank=True)
@@ -216,3 +219,21 @@ class IngestSettings(TenantModel):
         null=True, blank=True, help_text="Delete runs older than this many days (nightly). Empty keeps them."
     )
     updated_at = models.DateTimeField(default=timezone.now)
+
+
+class SavedView(TenantModel):
+    """A named runs-list query (the filters as a query string), saved by one member and
+    offered to everyone in the project. Only its owner deletes it."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="saved_run_views")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=100)
+    query = models.CharField(max_length=2000, blank=True, help_text="The runs list's query string, without paging.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "owner", "name"], name="saved_view_unique_name")]
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return self.name

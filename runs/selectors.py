@@ -127,6 +127,16 @@ def step_tree(*, run: Run, steps: list[Step] | None = None) -> list[StepNode]:
             node.depth = level
             stack.extend((child, level + 1) for child in reversed(node.children))
 
+    # Steps whose parent ids form a cycle hang from no root: break each cycle at its
+    # earliest step, which becomes a root, so no step is lost.
+    reached = {id(node) for node in flatten_tree(roots)}
+    for step in steps:
+        node = by_span[step.span_id]
+        if id(node) not in reached:
+            by_span[step.parent_span_id].children.remove(node)
+            roots.append(node)
+            reached.update(id(descendant) for descendant in flatten_tree([node]))
+
     set_depth(roots, 0)
     return roots
 

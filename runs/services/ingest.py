@@ -21,9 +21,9 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agentops import live
 from agentops.models import Project
 from billing.services import step_cost
+from runs.live import announce_runs_ingested
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
 from runs.services.redaction import Redactor, redactor_for
 
@@ -220,9 +220,7 @@ def ingest(
         recompute_run_totals(result.runs_touched)
         if announce:
             runs_changed = [{"id": pk, "new": pk in result.runs_created} for pk in result.runs_touched]
-            transaction.on_commit(
-                lambda: live.announce(project=project, event="runs.ingested", data={"runs": runs_changed})
-            )
+            transaction.on_commit(lambda: announce_runs_ingested(project=project, runs=runs_changed))
     return result
 
 
@@ -241,16 +239,22 @@ def _upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor
     created = [t for t, run in run_by_trace.items() if run.created_at == now and run.updated_at == now]
 
     changed: set[str] = set()
-    for event in step_events:
+    # Hints of inner spans only fill gaps; the root span's hints win over them (a
+    # sub-agent's span may arrive before the root); explicit run events win over both.
+    ordered = sorted(step_events, key=lambda e: not e.parent_span_id)
+    for event in ordered:
         run = run_by_trace[event.trace_id]
+        is_root = not event.parent_span_id
         hints = dict(event.run_hints)
-        if not event.parent_span_id:
+        if is_root:
             # The root span names the run and carries its input and output.
             hints = {"name": event.name, "input": event.input, "output": event.output, **hints}
         for name, value in hints.items():
             if name not in RUN_HINT_FIELDS or value in (None, "", [], {}):
                 continue
-            if getattr(run, name) in (None, "", [], {}):
+            if name in run.explicit_fields:
+                continue
+            if is_root or getattr(run, name) in (None, "", [], {}):
                 setattr(run, name, redactor.apply(value) if name in ("input", "output", "metadata") else value)
                 changed.add(name)
     for event in run_events:
@@ -262,6 +266,9 @@ def _upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor
                 value = redactor.apply(value)
             setattr(run, name, value)
             changed.add(name)
+            if name not in run.explicit_fields:
+                run.explicit_fields = [*run.explicit_fields, name]
+                changed.add("explicit_fields")
             if name == "status":
                 run.status_explicit = True
                 changed.add("status_explicit")

@@ -1,0 +1,416 @@
+"""``POST /api/v1/ingest``: the JSON batch API for SDKs and scripts.
+
+A batch is ``{"events": [...]}``; each event has a ``type`` (run, step, message,
+tool_call, memory) and a client-chosen ``id``. Every event is checked on its own, so
+one bad event never rejects its neighbours; the answer is 207 with one result per
+event, in request order. All the valid events go to ``runs.services.ingest.ingest``
+in one call, hence one transaction: when the answer is 207, they are in PostgreSQL.
+
+Per event:
+- 201 ``created``: no row had this id yet; 200 ``updated``: the id existed (re-sending
+  updates, never duplicates).
+- 200 ``superseded``: a later event of the same batch has the same type and id (and
+  run); the last valid one is stored.
+- 400 ``invalid``: not an object, unknown type, a missing or mistyped field, a bad
+  timestamp, NaN or Infinity, a string with a NUL character or invalid Unicode, or
+  nesting deeper than MAX_NESTING_DEPTH. The message names the field.
+- 413 ``too_large``: the event is over MAX_EVENT_BYTES of JSON.
+
+For the whole request: 400 when the body is not JSON, not UTF-8, not an object or has
+no ``events`` list; 413 over MAX_BATCH_BYTES or MAX_BATCH_EVENTS; 503 with
+``Retry-After`` when the database cannot be reached (nothing was stored).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import InterfaceError, OperationalError
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions, serializers, status
+from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentops.access import Access
+from agentops.api.base import OrganizationEndpoint
+from agentops.api.errors import error_body
+from agentops.api.idempotency import idempotent
+from agentops.errors import Forbidden, InvalidRequest
+from runs.api import serializers as s
+from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
+from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
+
+logger = logging.getLogger(__name__)
+
+MAX_EVENT_BYTES = 256 * 1024  # one event, as compact UTF-8 JSON
+MAX_BATCH_BYTES = 10 * 1024 * 1024  # the whole request body
+MAX_BATCH_EVENTS = 5000
+MAX_NESTING_DEPTH = 64  # the event object itself is level 1
+RETRY_AFTER_SECONDS = 5
+READ_CHUNK_BYTES = 1024 * 1024
+MAX_ECHO_LENGTH = 200  # of an id echoed in a result, and of a value quoted in a message
+
+EVENT_TYPES = tuple(s.EVENT_SERIALIZERS)
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+    default_detail = "the request is too large"
+
+
+class BatchJSONParser(BaseParser):
+    """JSON, read with a size limit and leniently enough that a NaN or a bad string in
+    one event is that event's 400, not the whole batch's."""
+
+    media_type = "application/json"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        request = (parser_context or {}).get("request")
+        declared = request.META.get("CONTENT_LENGTH") if request is not None else None
+        if declared and declared.isdigit() and int(declared) > MAX_BATCH_BYTES:
+            raise PayloadTooLarge(f"the body is over {MAX_BATCH_BYTES} bytes: split the batch")
+        chunks, total = [], 0
+        try:
+            while total <= MAX_BATCH_BYTES:
+                chunk = stream.read(min(READ_CHUNK_BYTES, MAX_BATCH_BYTES + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+        except OSError as exc:  # the client went away mid-body (UnreadablePostError)
+            raise exceptions.ParseError(f"the body could not be read: {exc}") from None
+        if total > MAX_BATCH_BYTES:
+            raise PayloadTooLarge(f"the body is over {MAX_BATCH_BYTES} bytes: split the batch")
+        raw = b"".join(chunks)
+        if not raw:
+            raise exceptions.ParseError("the body is empty")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise exceptions.ParseError(f"the body is not valid UTF-8 (byte {exc.start})") from None
+        try:
+            # NaN and Infinity are parsed here (Python's default) and refused per event below.
+            return json.loads(text)
+        except RecursionError:
+            raise exceptions.ParseError("the body is nested too deeply to be parsed") from None
+        except ValueError as exc:
+            raise exceptions.ParseError(f"the body is not valid JSON: {exc}") from None
+
+
+class BatchRequest(Request):
+    """DRF reads no body without a Content-Length. A chunked upload has none, and ASGI
+    servers hand it over whole, so read the stream anyway (BatchJSONParser bounds it,
+    and says "the body is empty" when it is)."""
+
+    def _load_stream(self):
+        super()._load_stream()
+        if self._stream is None and not self._request._read_started:
+            self._stream = self._request
+
+
+# --- Per-event checks -------------------------------------------------------------
+
+
+def _printable(value: str, limit: int = MAX_ECHO_LENGTH) -> str:
+    """``value`` safe to echo in a response (and to store as an idempotent response in
+    JSONB): no NUL, no unpaired surrogate, bounded length."""
+    value = value[:limit].replace("\x00", "\ufffd")
+    return value.encode("utf-8", "replace").decode("utf-8")
+
+
+def _child_path(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    key = _printable(key, 60)
+    return f"{path}.{key}" if path else key
+
+
+def _bad_string(value: str) -> str | None:
+    if "\x00" in value:
+        return "contains a NUL character, which cannot be stored"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains an unpaired surrogate (invalid Unicode)"
+    return None
+
+
+def unstorable_value(event: dict) -> str | None:
+    """The first thing in ``event`` that PostgreSQL cannot store or that breaks our
+    limits, as "field.path: problem", or None. Iterative, so depth costs no stack."""
+    stack: list[tuple[Any, str, int]] = [(event, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_NESTING_DEPTH:
+                return f"{path}: nested deeper than {MAX_NESTING_DEPTH} levels"
+            if isinstance(value, dict):
+                children = list(value.items())
+                for key, _child in children:
+                    problem = _bad_string(key)
+                    if problem:
+                        return f"{path or 'event'}: a key {problem}"
+            else:
+                children = list(enumerate(value))
+            # Reversed so the first problem in document order is the one reported.
+            stack.extend((child, _child_path(path, key), depth + 1) for key, child in reversed(children))
+        elif isinstance(value, str):
+            problem = _bad_string(value)
+            if problem:
+                return f"{path}: {problem}"
+        elif isinstance(value, float) and not math.isfinite(value):
+            return f"{path}: NaN and Infinity are not valid JSON numbers"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {str: "a string", list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _error_message(detail: Any, path: str = "") -> str:
+    """One line from DRF's nested error detail, naming the field: "tags[2]: Not a valid string."."""
+    if isinstance(detail, dict):
+        key, inner = next(iter(detail.items()))
+        return _error_message(inner, _child_path(path, key) if key != "non_field_errors" else path)
+    if isinstance(detail, list):
+        return _error_message(detail[0], path) if detail else f"{path}: invalid"
+    message = _printable(str(detail), 500)
+    return f"{path}: {message}" if path else message
+
+
+@dataclass
+class AcceptedEvent:
+    index: int
+    type: str
+    key: tuple  # (type, run client id, id): the row it writes
+    event: RunEvent | StepEvent | MessageEvent | ToolCallEvent | MemoryEvent
+
+
+def _result(index: int, raw: Any, status_code: int, code: str, message: str | None = None) -> dict:
+    raw_id = raw.get("id") if isinstance(raw, dict) else None
+    raw_type = raw.get("type") if isinstance(raw, dict) else None
+    return {
+        "index": index,
+        "id": _printable(raw_id) if isinstance(raw_id, str) else None,
+        "type": _printable(raw_type) if isinstance(raw_type, str) else None,
+        "status": status_code,
+        "code": code,
+        "error": {"code": code, "message": message} if message is not None else None,
+    }
+
+
+def check_event(index: int, raw: Any, validators: dict[str, serializers.Serializer]) -> AcceptedEvent | dict:
+    """The event ready for ingest(), or its 400/413 result. ``validators`` holds one
+    serializer per type, reused for every event of a batch (binding a serializer's
+    fields deep-copies them, which would cost more than the validation itself)."""
+    if not isinstance(raw, dict):
+        return _result(index, raw, 400, "invalid", f"event: must be a JSON object, not {_json_type(raw)}")
+    event_type = raw.get("type")
+    if event_type not in EVENT_TYPES:
+        if "type" not in raw:
+            got = "none"
+        elif isinstance(event_type, str):
+            got = f"'{_printable(event_type, 50)}'"
+        else:
+            got = _json_type(event_type)
+        return _result(index, raw, 400, "invalid", f"type: must be one of {', '.join(EVENT_TYPES)}; got {got}")
+    problem = unstorable_value(raw)
+    if problem:
+        return _result(index, raw, 400, "invalid", problem)
+    size = len(json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    if size > MAX_EVENT_BYTES:
+        return _result(
+            index, raw, 413, "too_large", f"event: {size} bytes of JSON, over the limit of {MAX_EVENT_BYTES}"
+        )
+    validator = validators[event_type]
+    try:
+        data = validator.run_validation(raw)
+    except serializers.ValidationError as exc:
+        return _result(index, raw, 400, "invalid", _error_message(exc.detail))
+    key = (event_type, data.get("run_id", ""), data["id"])
+    return AcceptedEvent(index=index, type=event_type, key=key, event=validator.to_event(data))
+
+
+def _existing_keys(project, accepted: list[AcceptedEvent]) -> set[tuple]:
+    """Which of the events' rows exist already (to tell created from updated)."""
+    existing: set[tuple] = set()
+    run_ids = {a.key[2] for a in accepted if a.type == "run"}
+    if run_ids:
+        found = Run.objects.filter(project=project, trace_id__in=run_ids).values_list("trace_id", flat=True)
+        existing |= {("run", "", trace_id) for trace_id in found}
+    for event_type, model, id_field in (
+        ("step", Step, "span_id"),
+        ("message", Message, "message_id"),
+        ("tool_call", ToolCall, "call_id"),
+        ("memory", MemorySnapshot, "snapshot_id"),
+    ):
+        keys = {a.key for a in accepted if a.type == event_type}
+        if not keys:
+            continue
+        # A superset (every id in every run named), narrowed to the exact pairs below.
+        rows = model.objects.filter(
+            project=project,
+            run__trace_id__in={key[1] for key in keys},
+            **{f"{id_field}__in": {key[2] for key in keys}},
+        ).values_list("run__trace_id", id_field)
+        existing |= {(event_type, trace_id, item_id) for trace_id, item_id in rows} & keys
+    return existing
+
+
+def ingest_batch(*, project, events: list) -> list[dict]:
+    """Check every event, store the valid ones in one ingest() call, and say what
+    happened to each, in request order."""
+    results: dict[int, dict] = {}
+    accepted: list[AcceptedEvent] = []
+    validators = {event_type: serializer() for event_type, serializer in s.EVENT_SERIALIZERS.items()}
+    for index, raw in enumerate(events):
+        outcome = check_event(index, raw, validators)
+        if isinstance(outcome, AcceptedEvent):
+            accepted.append(outcome)
+        else:
+            results[index] = outcome
+
+    last_index = {item.key: item.index for item in accepted}
+    stored = [item for item in accepted if last_index[item.key] == item.index]
+    for item in accepted:
+        if last_index[item.key] != item.index:
+            results[item.index] = _result(item.index, events[item.index], 200, "superseded")
+
+    if stored:
+        existing = _existing_keys(project, stored)
+        by_type: dict[str, list] = {event_type: [] for event_type in EVENT_TYPES}
+        for item in stored:
+            by_type[item.type].append(item.event)
+        ingest(
+            project=project,
+            runs=by_type["run"],
+            steps=by_type["step"],
+            messages=by_type["message"],
+            tool_calls=by_type["tool_call"],
+            snapshots=by_type["memory"],
+        )
+        for item in stored:
+            updated = item.key in existing
+            results[item.index] = _result(
+                item.index, events[item.index], 200 if updated else 201, "updated" if updated else "created"
+            )
+    return [results[index] for index in range(len(events))]
+
+
+# --- The endpoint -----------------------------------------------------------------
+
+
+class IngestView(OrganizationEndpoint):
+    """Send a batch of runs, steps, messages, tool calls and memory snapshots.
+
+    Authentication: a project API key with the `ingest` scope (`Authorization: Bearer
+    <key>`); the data goes to that key's project, and any `project` or `organization`
+    inside the body is ignored. Signed-in users are refused (403): SDKs and scripts
+    always have a key.
+
+    Each event is `{"type": ..., "id": ..., ...fields}`; events may arrive in any order
+    (a step before its run). The answer is 207 with one result per event, in request
+    order: 201 `created`, 200 `updated` (the id existed; re-sending never duplicates),
+    200 `superseded` (a later event of this batch has the same type, id and run: the last
+    one is stored), 400 `invalid` (the message names the field) or 413 `too_large` (over
+    256 KiB of JSON). The valid events are stored together, in one transaction, before
+    the answer is sent.
+
+    Request limits: 10 MiB and 5000 events (413), JSON in UTF-8 (400). Strings may not
+    contain NUL characters, numbers may not be NaN or Infinity, and an event may not
+    nest deeper than 64 levels. When the database is unavailable: 503 with `Retry-After`,
+    and nothing is stored. Send an `Idempotency-Key` header to make a retry return the
+    first answer.
+    """
+
+    permissions = {"POST": "run:ingest"}
+    allow_api_keys = True
+    parser_classes = [BatchJSONParser]
+    serializer_class = s.IngestBatchSerializer
+
+    def initialize_request(self, request, *args, **kwargs):
+        # As APIView.initialize_request, with the Request class that reads chunked bodies.
+        return BatchRequest(
+            request,
+            parsers=self.get_parsers(),
+            authenticators=self.get_authenticators(),
+            negotiator=self.get_content_negotiator(),
+            parser_context=self.get_parser_context(request),
+        )
+
+    def resolve_access(self, request, api_key, **kwargs) -> Access:
+        if api_key is None:
+            raise Forbidden("this endpoint takes a project API key with the ingest scope, not a signed-in session")
+        project = api_key.project
+        project.organization = api_key.organization
+        return Access(organization=api_key.organization, api_key=api_key, project=project)
+
+    @property
+    def project(self):
+        return self.access.project
+
+    def describe(self, method: str) -> str:
+        return "send runs (it needs the ingest scope)"
+
+    def handle_exception(self, exc):
+        if isinstance(exc, OperationalError | InterfaceError):
+            # Never a 2xx for data that is not durable: the client keeps the batch and retries.
+            logger.warning("ingest refused: the database is unavailable", exc_info=exc)
+            return Response(
+                error_body(
+                    "unavailable",
+                    "the database is unavailable; nothing was stored, retry later",
+                    {"retry_after": RETRY_AFTER_SECONDS},
+                ),
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+        return super().handle_exception(exc)
+
+    @extend_schema(
+        auth=[{"ApiKey": []}],
+        request=s.IngestBatchSerializer,
+        responses={
+            207: s.IngestResponseSerializer,
+            400: OpenApiResponse(description="The body is not a JSON object with an `events` list."),
+            413: OpenApiResponse(description=f"Over {MAX_BATCH_BYTES} bytes or {MAX_BATCH_EVENTS} events."),
+            503: OpenApiResponse(description="The database is unavailable; retry after `Retry-After` seconds."),
+        },
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                required=False,
+                description="A retry with the same key and body gets the first answer.",
+            )
+        ],
+    )
+    @idempotent
+    def post(self, request):
+        body = request.data
+        if not isinstance(body, dict):
+            raise InvalidRequest('the body must be a JSON object: {"events": [...]}')
+        events = body.get("events")
+        if not isinstance(events, list):
+            raise InvalidRequest("events: required, a list of events")
+        if not events:
+            raise InvalidRequest("events: the list is empty")
+        if len(events) > MAX_BATCH_EVENTS:
+            raise PayloadTooLarge(
+                f"events: {len(events)} events, over the limit of {MAX_BATCH_EVENTS}: split the batch"
+            )
+        results = ingest_batch(project=self.project, events=events)
+        return Response({"results": results}, status=status.HTTP_207_MULTI_STATUS)

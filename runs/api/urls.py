@@ -1,0 +1,21 @@
+from django.urls import path
+
+from runs.api import batch, settings, views
+
+project = "projects/<slug:org_slug>/<slug:project_slug>"
+run = f"{project}/runs/<int:run_id>"
+
+urlpatterns = [
+    path("ingest", batch.IngestView.as_view(), name="api-ingest"),
+    path(f"{project}/runs/", views.RunListView.as_view(), name="api-run-list"),
+    path(f"{project}/runs/export/", views.RunExportView.as_view(), name="api-run-export"),
+    path(f"{run}/", views.RunDetailView.as_view(), name="api-run-detail"),
+    path(f"{run}/steps/", views.RunStepListView.as_view(), name="api-run-steps"),
+    path(f"{run}/messages/", views.RunMessageListView.as_view(), name="api-run-messages"),
+    path(f"{run}/tool-calls/", views.RunToolCallListView.as_view(), name="api-run-tool-calls"),
+    path(f"{run}/memory/", views.RunMemoryListView.as_view(), name="api-run-memory"),
+    path(f"{project}/ingest-settings/", settings.IngestSettingsView.as_view(), name="api-ingest-settings"),
+    path(f"{project}/sessions/", views.SessionListView.as_view(), name="api-session-list"),
+    # Session ids are the client's: `path` so one with a slash (sent as %2F) still matches.
+    path(f"{project}/sessions/<path:session_id>/", views.SessionDetailView.as_view(), name="api-session-detail"),
+]
