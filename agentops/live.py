@@ -9,6 +9,7 @@ ws extension swaps them by id) and/or JSON data.
 from __future__ import annotations
 
 import logging
+import time
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -40,6 +41,30 @@ def announce(*, project=None, organization=None, event: str, html: str = "", dat
         async_to_sync(get_channel_layer().group_send)(group, _message(event, html, data))
     except Exception:  # noqa: BLE001 - live updates are best effort by design
         logger.warning("could not announce %s to %s", event, group, exc_info=True)
+
+
+def has_listeners(*, project=None, organization=None) -> bool:
+    """Whether any page of ``project`` (or ``organization``) is open right now, so a
+    caller can skip rendering an update nobody would see (ingestion at full speed).
+
+    Reads the channels_redis group directly (a sorted set of channel names scored by
+    the time they joined); this leans on channels_redis 4.3 internals, which the pinned
+    version and tests/agentops/test_live.py hold in place. Answers True when unsure."""
+    group = project_group(project.pk) if project is not None else organization_group(organization.pk)
+    layer = get_channel_layer()
+    if not hasattr(layer, "_group_key"):
+        return True
+
+    async def count() -> int:
+        key = layer._group_key(group)
+        connection = layer.connection(layer.consistent_hash(group))
+        return await connection.zcount(key, time.time() - layer.group_expiry, "+inf")
+
+    try:
+        return async_to_sync(count)() > 0
+    except Exception:  # noqa: BLE001 - unsure means announce
+        logger.warning("could not count the listeners of %s", group, exc_info=True)
+        return True
 
 
 async def announce_async(*, project=None, organization=None, event: str, html: str = "", data: dict | None = None):

@@ -181,6 +181,9 @@ else:
         }
     }
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Send parameters separately from the SQL (PostgreSQL's extended protocol) instead of
+# quoting them into the text in Python: much faster for the big JSON of trace payloads.
+DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: REDIS_URL, or the embedded Redis under DATA_DIR.

@@ -138,10 +138,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
+    # Production settings (DEBUG off: no per-query debug logging), plain HTTP on loopback.
     env = {
         **os.environ,
         "DATA_DIR": data_dir,
-        "DEBUG": "true",
+        "DEBUG": "false",
+        "SECRET_KEY": "bench-" + "x" * 60,
+        "ENCRYPTION_KEYS": "Y29sbGVjdHN0YXRpYy1vbmx5LW5vdC1zZWNyZXQhISE=",
+        "SECURE_SSL_REDIRECT": "false",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "API_RATE_LIMIT_PER_KEY": "1000000/min",
         "LOG_LEVEL": "WARNING",
     }

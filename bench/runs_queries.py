@@ -33,7 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 def setup_django(data_dir: str) -> None:
     os.environ["DATA_DIR"] = data_dir
-    os.environ.setdefault("DEBUG", "true")
+    # Production settings (DEBUG off: no per-query debug logging).
+    os.environ["DEBUG"] = "false"
+    os.environ["SECRET_KEY"] = "bench-" + "x" * 60
+    os.environ["ENCRYPTION_KEYS"] = "Y29sbGVjdHN0YXRpYy1vbmx5LW5vdC1zZWNyZXQhISE="
+    os.environ["SECURE_SSL_REDIRECT"] = "false"
     os.environ.pop("DATABASE_URL", None)
     os.environ.pop("REDIS_URL", None)
     os.environ["DJANGO_SETTINGS_MODULE"] = "agentops.settings"

@@ -69,7 +69,10 @@ def render_runs_ingested(*, project, runs: list[dict]) -> list[str]:
 
 
 def announce_runs_ingested(*, project, runs: list[dict]) -> None:
-    """Render and send the update for ``runs``; never raises (see the module docstring)."""
+    """Render and send the update for ``runs``; never raises (see the module docstring).
+    Nothing is rendered when no page of the project is open."""
+    if not live.has_listeners(project=project):
+        return
     try:
         with organization_scope(project.organization_id):
             messages = render_runs_ingested(project=project, runs=runs)

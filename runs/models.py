@@ -11,6 +11,7 @@ from django.db import models
 from django.utils import timezone
 
 from agentops.scoping import TenantModel
+from runs.fields import PayloadJSONField
 
 MONEY = {"max_digits": 18, "decimal_places": 9}
 
@@ -37,8 +38,8 @@ class Run(TenantModel):
     # Fields a client stated in a run event: span attributes never overwrite them.
     explicit_fields = ArrayField(models.CharField(max_length=32), default=list, blank=True)
     error = models.TextField(blank=True)
-    input = models.JSONField(null=True, blank=True)
-    output = models.JSONField(null=True, blank=True)
+    input = PayloadJSONField(null=True, blank=True)
+    output = PayloadJSONField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     session_id = models.CharField(max_length=200, blank=True)
@@ -48,7 +49,7 @@ class Run(TenantModel):
     environment = models.CharField(max_length=100, blank=True)
     release = models.CharField(max_length=100, blank=True)
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
+    metadata = PayloadJSONField(default=dict, blank=True)
     # Totals, kept current as steps arrive (runs.services.ingest recomputes them).
     step_count = models.PositiveIntegerField(default=0)
     error_count = models.PositiveIntegerField(default=0)
@@ -117,10 +118,10 @@ class Step(TenantModel):
     cost = models.DecimalField(null=True, blank=True, **MONEY)
     unpriced = models.BooleanField(default=False, help_text="A model call whose model has no price.")
     price = models.ForeignKey("billing.ModelPrice", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
-    input = models.JSONField(null=True, blank=True)
-    output = models.JSONField(null=True, blank=True)
-    attributes = models.JSONField(default=dict, blank=True)
-    events = models.JSONField(default=list, blank=True)
+    input = PayloadJSONField(null=True, blank=True)
+    output = PayloadJSONField(null=True, blank=True)
+    attributes = PayloadJSONField(default=dict, blank=True)
+    events = PayloadJSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -147,8 +148,8 @@ class Message(TenantModel):
         "step's time in microseconds x 1000 plus the index (inputs before outputs)."
     )
     role = models.CharField(max_length=32)
-    content = models.JSONField(null=True, blank=True)
-    tool_calls = models.JSONField(default=list, blank=True)
+    content = PayloadJSONField(null=True, blank=True)
+    tool_calls = PayloadJSONField(default=list, blank=True)
     tool_call_id = models.CharField(max_length=200, blank=True)
     name = models.CharField(max_length=200, blank=True)
     tokens = models.IntegerField(null=True, blank=True)
@@ -170,8 +171,8 @@ class ToolCall(TenantModel):
     span_id = models.CharField(max_length=128, blank=True)
     call_id = models.CharField(max_length=200, help_text="Client id, the tool call id, or the step's span id.")
     tool_name = models.CharField(max_length=200)
-    arguments = models.JSONField(null=True, blank=True)
-    result = models.JSONField(null=True, blank=True)
+    arguments = PayloadJSONField(null=True, blank=True)
+    result = PayloadJSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     latency_ms = models.FloatField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -191,7 +192,7 @@ class MemorySnapshot(TenantModel):
     span_id = models.CharField(max_length=128, blank=True)
     snapshot_id = models.CharField(max_length=200)
     sequence = models.BigIntegerField()
-    state = models.JSONField()
+    state = PayloadJSONField()
     taken_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -152,3 +152,18 @@ def test_announce_failure_does_not_break_the_change(tenant, client_for, settings
     tenant.project.refresh_from_db()
     assert tenant.project.name == "Still saved"
     assert "could not announce project.renamed" in caplog.text
+
+
+async def test_has_listeners_follows_open_pages(tenant):
+    from asgiref.sync import sync_to_async
+
+    from agentops.live import has_listeners
+
+    check = sync_to_async(has_listeners, thread_sensitive=False)
+    assert await check(project=tenant.project) is False
+    communicator = await _connect(f"/ws/o/acme/p/{tenant.project.slug}/", tenant.viewer)
+    assert (await communicator.connect())[0]
+    assert await check(project=tenant.project) is True
+    assert await check(organization=tenant.organization) is True
+    await communicator.disconnect()
+    assert await check(project=tenant.project) is False
