@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.utils import timezone
 
-from runs.models import Run, SavedView
+from runs.models import IngestSettings, Run, SavedView
 from runs.selectors import SORTABLE, RunFilters
 
 RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
@@ -208,3 +208,30 @@ class DashboardRangeForm(TimeRangeMixin, forms.Form):
         if data.get("range"):
             return data["range"]
         return "custom" if data.get("started_after") or data.get("started_before") else self.DEFAULT
+
+
+class IngestSettingsForm(forms.Form):
+    """Redaction rules and retention of a project (runs.services.settings validates)."""
+
+    redact = forms.MultipleChoiceField(
+        choices=IngestSettings.Redaction.choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Redact before storing",
+    )
+    custom_patterns = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        label="Custom patterns",
+        help_text="One regular expression per line; every match becomes [REDACTED].",
+    )
+    retention_days = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=3650,
+        label="Keep runs for (days)",
+        help_text="Older runs are deleted nightly. Leave empty to keep them.",
+    )
+
+    def clean_custom_patterns(self) -> list[str]:
+        return [line.strip() for line in self.cleaned_data["custom_patterns"].splitlines() if line.strip()]

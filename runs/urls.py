@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from runs.views import dashboard, run_detail, runs_list, sessions
+from runs.views import dashboard, run_detail, runs_list, sessions, settings
 
 app_name = "runs"
 run = "<int:run_id>"
@@ -11,6 +11,7 @@ urlpatterns = [
     path("views/", runs_list.SavedViewCreateAction.as_view(), name="saved_view_create"),
     path("views/<int:view_id>/delete/", runs_list.SavedViewDeleteAction.as_view(), name="saved_view_delete"),
     path("dashboard/", dashboard.DashboardPage.as_view(), name="dashboard"),
+    path("settings/", settings.IngestSettingsPage.as_view(), name="settings"),
     path("sessions/", sessions.SessionsPage.as_view(), name="sessions"),
     path("sessions/<path:session_id>/", sessions.SessionDetailPage.as_view(), name="session"),
     path(f"{run}/", run_detail.RunDetailPage.as_view(), name="detail"),
