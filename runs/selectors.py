@@ -153,8 +153,9 @@ def flatten_tree(roots: list[StepNode]) -> list[StepNode]:
 
 
 def message_list(*, run: Run) -> QuerySet[Message]:
-    """Every stored message of the run, in position order."""
-    return Message.objects.filter(run=run).select_related("step").order_by("position", "id")
+    """Every stored message of the run, in position order (``step_id`` and ``span_id``
+    tie a message to its step; the step's payloads are not joined, they can be megabytes)."""
+    return Message.objects.filter(run=run).order_by("position", "id")
 
 
 def transcript(*, run: Run) -> list[Message]:
@@ -172,11 +173,17 @@ def transcript(*, run: Run) -> list[Message]:
 
 
 def tool_call_list(*, run: Run) -> QuerySet[ToolCall]:
-    return ToolCall.objects.filter(run=run).select_related("step").order_by("started_at", "id")
+    return ToolCall.objects.filter(run=run).order_by("started_at", "id")
 
 
 def memory_list(*, run: Run) -> QuerySet[MemorySnapshot]:
-    return MemorySnapshot.objects.filter(run=run).select_related("step").order_by("sequence", "id")
+    # The step's name labels each snapshot; its payloads are left behind.
+    return (
+        MemorySnapshot.objects.filter(run=run)
+        .select_related("step")
+        .defer("step__input", "step__output", "step__attributes", "step__events")
+        .order_by("sequence", "id")
+    )
 
 
 def session_list(*, project, started_after: datetime | None = None) -> QuerySet:

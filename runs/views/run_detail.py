@@ -163,8 +163,8 @@ class RunLiveFragment(RunPageMixin, ProjectPage):
 
 
 def step_panel_context(run: Run, step: Step, urls: dict[str, str]) -> dict[str, Any]:
-    messages = list(selectors.message_list(run=run).select_related(None).filter(step=step))
-    tool_calls = list(selectors.tool_call_list(run=run).select_related(None).filter(step=step))
+    messages = list(selectors.message_list(run=run).filter(step=step))
+    tool_calls = list(selectors.tool_call_list(run=run).filter(step=step))
     offset_ms = None
     if step.started_at and run.started_at:
         offset_ms = (step.started_at - run.started_at).total_seconds() * 1000

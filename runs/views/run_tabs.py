@@ -143,27 +143,9 @@ class ChatMessage:
     tool_name: str  # for a tool's result: the tool that was called
 
 
-def transcript_messages(*, run: Run) -> list[Message]:
-    """``selectors.transcript`` without joining each message's step payloads.
-
-    The selector's query selects every message's whole step (inputs and outputs of
-    up to megabytes, once per message); the chat only needs the step's id, so this
-    applies the selector's rule (an LLM call's input messages that repeat the history
-    already shown are left out) to the same rows without them."""
-    seen: set[tuple] = set()
-    out: list[Message] = []
-    for message in selectors.message_list(run=run).select_related(None):
-        key = (message.role, repr(message.content), message.tool_call_id)
-        if ":in:" in message.message_id and key in seen:
-            continue
-        seen.add(key)
-        out.append(message)
-    return out
-
-
 def chat(*, run: Run) -> list[ChatMessage]:
     """The transcript's first ``MESSAGE_LIMIT`` messages, ready to draw as a chat."""
-    messages = transcript_messages(run=run)[:MESSAGE_LIMIT]
+    messages = selectors.transcript(run=run)[:MESSAGE_LIMIT]
     tool_names: dict[str, str] = {}
     out = []
     for message in messages:
