@@ -30,7 +30,10 @@ class Command(BaseCommand):
         if not settings.DEBUG:
             call_command("collectstatic", interactive=False, verbosity=0)
         if demo:
-            self.stdout.write(format_credentials(demo_seed()))
+            credentials = demo_seed()
+            # The runs app adds sample runs through its own command (the core imports no app).
+            call_command("seed_demo_runs", f"{credentials.organization}/{credentials.project}", verbosity=0)
+            self.stdout.write(format_credentials(credentials))
         python = sys.executable
         commands = {
             "web": [

@@ -1,0 +1,165 @@
+"""A few sample runs for the demo project, so a new install has something to read."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from runs.models import Run
+from runs.services.ingest import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent, ingest
+
+QUESTIONS = [
+    ("How do I reset my password?", "Open Settings → Security → Reset password; a link is emailed to you."),
+    ("Can I export my invoices as CSV?", "Yes: Billing → Invoices → Export CSV exports the selected period."),
+    ("Why was my card declined?", None),  # this one fails: the payment tool times out
+]
+
+
+def demo_runs_seed(*, project) -> int:
+    """Create the sample runs unless the project already has runs; return how many."""
+    if Run.objects.filter(project=project).exists():
+        return 0
+    now = timezone.now()
+    steps, messages, calls, snapshots = [], [], [], []
+    for n, (question, answer) in enumerate(QUESTIONS):
+        trace = f"demo-{n + 1:04d}"
+        t0 = now - timedelta(minutes=30 - n * 7)
+
+        def at(seconds: float, t0=t0):
+            return t0 + timedelta(seconds=seconds)
+
+        failed = answer is None
+        system = "You are the support agent of Acme. Use the tools; answer in two sentences."
+        steps += [
+            StepEvent(
+                trace_id=trace,
+                span_id="root",
+                kind="agent",
+                name="support-agent",
+                started_at=at(0),
+                ended_at=at(6.4),
+                status="error" if failed else "ok",
+                error="ToolTimeout: payments.lookup did not answer in 5 s" if failed else "",
+                input={"question": question},
+                output={"answer": answer} if answer else None,
+                run_hints={
+                    "agent_name": "support-agent",
+                    "agent_version": "1.4.0",
+                    "session_id": "demo-session-1" if n < 2 else "demo-session-2",
+                    "end_user_id": "customer-42",
+                    "environment": "production",
+                    "release": "2026.11.3",
+                    "tags": ["demo", "support"],
+                },
+            ),
+            StepEvent(
+                trace_id=trace,
+                span_id="llm-1",
+                parent_span_id="root",
+                kind="llm",
+                name="chat mistral-large",
+                started_at=at(0.1),
+                ended_at=at(1.9),
+                status="ok",
+                model="mistral-large-2512",
+                provider="mistral_ai",
+                input_tokens=812,
+                output_tokens=46,
+            ),
+            StepEvent(
+                trace_id=trace,
+                span_id="tool-1",
+                parent_span_id="root",
+                kind="tool",
+                name="payments.lookup" if failed else "docs.search",
+                started_at=at(2.0),
+                ended_at=at(7.0) if failed else at(2.6),
+                status="error" if failed else "ok",
+                error="ToolTimeout: no answer in 5 s" if failed else "",
+            ),
+        ]
+        messages += [
+            MessageEvent(trace_id=trace, message_id="m1", position=1, role="system", content=system, span_id="llm-1"),
+            MessageEvent(trace_id=trace, message_id="m2", position=2, role="user", content=question, span_id="llm-1"),
+            MessageEvent(
+                trace_id=trace,
+                message_id="m3",
+                position=3,
+                role="assistant",
+                content="",
+                span_id="llm-1",
+                tool_calls=[
+                    {
+                        "id": f"call-{n}",
+                        "name": "payments.lookup" if failed else "docs.search",
+                        "arguments": {"query": question},
+                    }
+                ],
+                finish_reason="tool_calls",
+            ),
+        ]
+        calls.append(
+            ToolCallEvent(
+                trace_id=trace,
+                call_id=f"call-{n}",
+                span_id="tool-1",
+                tool_name="payments.lookup" if failed else "docs.search",
+                arguments={"query": question},
+                result=None if failed else {"hits": 3, "top": answer},
+                error="ToolTimeout: no answer in 5 s" if failed else "",
+                latency_ms=5000 if failed else 600,
+                started_at=at(2.0),
+            )
+        )
+        snapshots.append(
+            MemoryEvent(
+                trace_id=trace,
+                snapshot_id="mem-1",
+                span_id="tool-1",
+                sequence=1,
+                state={"customer": "customer-42", "topic": question.split()[-1].strip("?"), "searched": not failed},
+            )
+        )
+        if not failed:
+            steps.append(
+                StepEvent(
+                    trace_id=trace,
+                    span_id="llm-2",
+                    parent_span_id="root",
+                    kind="llm",
+                    name="chat mistral-large",
+                    started_at=at(2.7),
+                    ended_at=at(6.3),
+                    status="ok",
+                    model="mistral-large-2512",
+                    provider="mistral_ai",
+                    input_tokens=1104,
+                    output_tokens=71,
+                )
+            )
+            messages += [
+                MessageEvent(
+                    trace_id=trace,
+                    message_id="m4",
+                    position=4,
+                    role="tool",
+                    content={"hits": 3},
+                    tool_call_id=f"call-{n}",
+                    name="docs.search",
+                    span_id="llm-2",
+                ),
+                MessageEvent(
+                    trace_id=trace,
+                    message_id="m5",
+                    position=5,
+                    role="assistant",
+                    content=answer,
+                    span_id="llm-2",
+                    finish_reason="stop",
+                ),
+            ]
+    result = ingest(
+        project=project, steps=steps, messages=messages, tool_calls=calls, snapshots=snapshots, announce=False
+    )
+    return len(result.runs_created)
