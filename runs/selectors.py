@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.postgres.search import SearchQuery
-from django.db.models import Avg, Count, Max, Min, Q, QuerySet, Sum
+from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 from django.http import Http404
 
@@ -244,7 +244,11 @@ def dashboard(*, project, start: datetime, end: datetime) -> dict[str, Any]:
     )
     steps = Step.objects.filter(project=project, kind=Step.Kind.LLM, started_at__gte=start, started_at__lt=end)
     cost_by_model = list(
-        steps.exclude(model="").values("model").annotate(cost=Sum("cost"), calls=Count("id")).order_by("-cost")[:20]
+        steps.exclude(model="")
+        .values("model")
+        .annotate(cost=Sum("cost"), calls=Count("id"))
+        # Models with no price have no cost: list them after the priced ones.
+        .order_by(F("cost").desc(nulls_last=True), "model")[:20]
     )
     return {"totals": totals, "series": series, "cost_by_model": cost_by_model}
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
+from redis.exceptions import RedisError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from agentops.errors import ServiceError
+
+UNAVAILABLE_RETRY_AFTER = 5
 
 
 def error_body(code: str, message: str, details=None) -> dict:
@@ -30,6 +34,13 @@ def exception_handler(exc, context):
     """DRF's EXCEPTION_HANDLER: map every known error to the one body."""
     if isinstance(exc, ServiceError):
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status)
+    if isinstance(exc, OperationalError | InterfaceError | RedisError):
+        # The database or Redis is unreachable: nothing was done, the client may retry.
+        return Response(
+            error_body("unavailable", "the service is temporarily unavailable; retry later", None),
+            status=503,
+            headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER)},
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

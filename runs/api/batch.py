@@ -31,6 +31,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from redis.exceptions import RedisError
 from rest_framework import exceptions, serializers, status
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -365,13 +366,13 @@ class IngestView(OrganizationEndpoint):
         return "send runs (it needs the ingest scope)"
 
     def handle_exception(self, exc):
-        if isinstance(exc, OperationalError | InterfaceError):
+        if isinstance(exc, OperationalError | InterfaceError | RedisError):
             # Never a 2xx for data that is not durable: the client keeps the batch and retries.
-            logger.warning("ingest refused: the database is unavailable", exc_info=exc)
+            logger.warning("ingest refused: the database or Redis is unavailable", exc_info=exc)
             return Response(
                 error_body(
                     "unavailable",
-                    "the database is unavailable; nothing was stored, retry later",
+                    "the database or Redis is unavailable; nothing was stored, retry later",
                     {"retry_after": RETRY_AFTER_SECONDS},
                 ),
                 status=status.HTTP_503_SERVICE_UNAVAILABLE,

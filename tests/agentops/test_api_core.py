@@ -189,3 +189,13 @@ def test_expired_invitation_does_not_block_inviting_the_address_again(tenant, cl
     assert second.status_code == 201
     statuses = {item["id"]: item["status"] for item in client_for(tenant.owner).get(url).json()["results"]}
     assert statuses == {first.json()["id"]: "expired", second.json()["id"]: "pending"}
+
+
+def test_unreachable_redis_is_503_with_retry_after_not_500(tenant, client_for, settings):
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
+    }
+    response = client_for(tenant.owner).get("/api/v1/organizations/acme/")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.json()["error"]["code"] == "unavailable"
