@@ -44,6 +44,7 @@ def demo_runs_seed(*, project) -> int:
                 input={"question": question},
                 output={"answer": answer} if answer else None,
                 run_hints={
+                    "name": question,
                     "agent_name": "support-agent",
                     "agent_version": "1.4.0",
                     "session_id": "demo-session-1" if n < 2 else "demo-session-2",
