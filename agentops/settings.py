@@ -91,6 +91,10 @@ def _check_fernet_keys(keys: list[str]) -> None:
 
 _check_fernet_keys(ENCRYPTION_KEYS)
 
+# Hosts the built-in http_fetch tool may call ("example.com", or ".example.com" for its
+# subdomains too). Empty: the tool refuses every URL.
+HTTP_FETCH_ALLOWED_HOSTS = env_list("HTTP_FETCH_ALLOWED_HOSTS")
+
 # Private or loopback provider base URLs (a local model server) are refused unless allowed.
 ALLOW_PRIVATE_PROVIDER_URLS = env_bool("ALLOW_PRIVATE_PROVIDER_URLS", DEBUG)
 

@@ -238,3 +238,70 @@ class SavedView(TenantModel):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Agent(TenantModel):
+    """An agent the platform runs. Its configuration lives in immutable versions."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    latest_version = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="agent_unique_name")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AgentVersion(TenantModel):
+    """One immutable configuration of an agent. Every edit makes a new one; runs name
+    the version they used, so any run can be reproduced."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    model = models.CharField(max_length=200)
+    system_prompt = models.TextField(blank=True)
+    tools = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    approval_tools = ArrayField(
+        models.CharField(max_length=64), default=list, blank=True, help_text="Tools that pause the run for a person."
+    )
+    parameters = models.JSONField(default=dict, blank=True, help_text="temperature, top_p, max_tokens, random_seed")
+    step_limit = models.PositiveIntegerField(default=20)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "number"], name="agent_version_unique_number")]
+        ordering = ["-number"]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} v{self.number}"
+
+
+class WebhookTool(TenantModel):
+    """A team's own tool: a JSON schema and a URL the platform calls with an HMAC-signed request."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="webhook_tools")
+    name = models.CharField(max_length=64)
+    description = models.TextField(blank=True)
+    parameters = models.JSONField(default=dict, help_text="JSON schema of the arguments (an object schema).")
+    url = models.URLField(max_length=500)
+    secret_ciphertext = models.TextField(help_text="The HMAC signing secret, encrypted at rest.")
+    timeout_seconds = models.FloatField(default=10.0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="webhook_tool_unique_name")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
