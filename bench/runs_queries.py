@@ -109,6 +109,9 @@ def load(project, runs: int, now: datetime) -> int:
                     str(latency),
                     t0.isoformat(),
                     t0.isoformat(),
+                    "f",
+                    "",
+                    "{}",
                 ]
             )
             + "\n"
@@ -188,6 +191,9 @@ def load(project, runs: int, now: datetime) -> int:
                 "500000",
                 t0.isoformat(),
                 t0.isoformat(),
+                "f",
+                "",
+                "{}",
             ]
         )
         + "\n"
@@ -231,7 +237,8 @@ def load(project, runs: int, now: datetime) -> int:
         "explicit_fields, error, "
         "input, output, started_at, ended_at, session_id, parent_run_id, parent_trace_id, end_user_id, environment, "
         "release, tags, metadata, step_count, error_count, llm_call_count, input_tokens, cached_input_tokens, "
-        "output_tokens, total_cost, unpriced_step_count, models_used, latency_ms, created_at, updated_at"
+        "output_tokens, total_cost, unpriced_step_count, models_used, latency_ms, created_at, updated_at, "
+        "cancel_requested, worker, execution"
     )
     step_columns = (
         "organization_id, project_id, run_id, span_id, parent_span_id, kind, name, started_at, ended_at, duration_ms, "

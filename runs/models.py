@@ -62,6 +62,16 @@ class Run(TenantModel):
     models_used = ArrayField(models.CharField(max_length=200), default=list, blank=True)
     latency_ms = models.BigIntegerField(null=True, blank=True)
     search = SearchVectorField(null=True, editable=False)
+    # Runs the platform executes itself (runs.services.execute); empty for ingested runs.
+    executed_version = models.ForeignKey(
+        "runs.AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    cancel_requested = models.BooleanField(default=False)
+    worker = models.CharField(max_length=200, blank=True, help_text="The Celery worker executing the run.")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    execution = PayloadJSONField(
+        default=dict, blank=True, help_text="The executor's state: conversation, memory, step count (to resume)."
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

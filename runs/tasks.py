@@ -36,3 +36,12 @@ def purge_expired_runs() -> int:
                 Run.objects.filter(id__in=ids).delete()
                 deleted += len(ids)
     return deleted
+
+
+@shared_task
+def execute_run(organization_id: int, run_id: int) -> None:
+    """Execute one run the platform starts itself (runs.services.execute)."""
+    from runs.services.execute import run_execute
+
+    with organization_scope(organization_id):
+        run_execute(run_id=run_id)

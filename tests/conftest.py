@@ -13,6 +13,7 @@ from agentops.roles import Role
 from agentops.scoping import organization_scope
 from agentops.services.api_keys import api_key_create
 from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
+from tests.fake_mistral import fake_mistral  # noqa: F401 - a fixture for every test module
 
 
 @dataclass

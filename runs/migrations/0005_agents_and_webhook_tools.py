@@ -9,94 +9,178 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('agentops', '0002_audit_append_only'),
-        ('runs', '0004_payload_json_fields'),
+        ("agentops", "0002_audit_append_only"),
+        ("runs", "0004_payload_json_fields"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Agent',
+            name="Agent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('description', models.TextField(blank=True)),
-                ('latest_version', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='%(app_label)s_%(class)s_set', to='agentops.organization')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='agents', to='agentops.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                ("description", models.TextField(blank=True)),
+                ("latest_version", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="%(app_label)s_%(class)s_set",
+                        to="agentops.organization",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="agents", to="agentops.project"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('dangerously_unscoped_objects', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='AgentVersion',
+            name="AgentVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('model', models.CharField(max_length=200)),
-                ('system_prompt', models.TextField(blank=True)),
-                ('tools', django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=64), blank=True, default=list, size=None)),
-                ('approval_tools', django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=64), blank=True, default=list, help_text='Tools that pause the run for a person.', size=None)),
-                ('parameters', models.JSONField(blank=True, default=dict, help_text='temperature, top_p, max_tokens, random_seed')),
-                ('step_limit', models.PositiveIntegerField(default=20)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='versions', to='runs.agent')),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='%(app_label)s_%(class)s_set', to='agentops.organization')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='agentops.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("number", models.PositiveIntegerField()),
+                ("model", models.CharField(max_length=200)),
+                ("system_prompt", models.TextField(blank=True)),
+                (
+                    "tools",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.CharField(max_length=64), blank=True, default=list, size=None
+                    ),
+                ),
+                (
+                    "approval_tools",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.CharField(max_length=64),
+                        blank=True,
+                        default=list,
+                        help_text="Tools that pause the run for a person.",
+                        size=None,
+                    ),
+                ),
+                (
+                    "parameters",
+                    models.JSONField(blank=True, default=dict, help_text="temperature, top_p, max_tokens, random_seed"),
+                ),
+                ("step_limit", models.PositiveIntegerField(default=20)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="versions", to="runs.agent"
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="%(app_label)s_%(class)s_set",
+                        to="agentops.organization",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="agentops.project"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-number'],
+                "ordering": ["-number"],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('dangerously_unscoped_objects', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.CreateModel(
-            name='WebhookTool',
+            name="WebhookTool",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=64)),
-                ('description', models.TextField(blank=True)),
-                ('parameters', models.JSONField(default=dict, help_text='JSON schema of the arguments (an object schema).')),
-                ('url', models.URLField(max_length=500)),
-                ('secret_ciphertext', models.TextField(help_text='The HMAC signing secret, encrypted at rest.')),
-                ('timeout_seconds', models.FloatField(default=10.0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('organization', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='%(app_label)s_%(class)s_set', to='agentops.organization')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='webhook_tools', to='agentops.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=64)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "parameters",
+                    models.JSONField(default=dict, help_text="JSON schema of the arguments (an object schema)."),
+                ),
+                ("url", models.URLField(max_length=500)),
+                ("secret_ciphertext", models.TextField(help_text="The HMAC signing secret, encrypted at rest.")),
+                ("timeout_seconds", models.FloatField(default=10.0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="%(app_label)s_%(class)s_set",
+                        to="agentops.organization",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="webhook_tools", to="agentops.project"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
             managers=[
-                ('objects', django.db.models.manager.Manager()),
-                ('dangerously_unscoped_objects', django.db.models.manager.Manager()),
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
             ],
         ),
         migrations.AddConstraint(
-            model_name='agent',
-            constraint=models.UniqueConstraint(fields=('project', 'name'), name='agent_unique_name'),
+            model_name="agent",
+            constraint=models.UniqueConstraint(fields=("project", "name"), name="agent_unique_name"),
         ),
         migrations.AddConstraint(
-            model_name='agentversion',
-            constraint=models.UniqueConstraint(fields=('agent', 'number'), name='agent_version_unique_number'),
+            model_name="agentversion",
+            constraint=models.UniqueConstraint(fields=("agent", "number"), name="agent_version_unique_number"),
         ),
         migrations.AddConstraint(
-            model_name='webhooktool',
-            constraint=models.UniqueConstraint(fields=('project', 'name'), name='webhook_tool_unique_name'),
+            model_name="webhooktool",
+            constraint=models.UniqueConstraint(fields=("project", "name"), name="webhook_tool_unique_name"),
         ),
     ]

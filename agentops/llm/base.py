@@ -1,0 +1,36 @@
+"""The chat interface every provider implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class ProviderError(Exception):
+    """A model call failed for good (after the provider's own retries); the message says why."""
+
+    def __init__(self, message: str, *, retryable: bool = False):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass
+class ChatResult:
+    """One model answer, in the shapes the executor stores."""
+
+    content: str
+    tool_calls: list[dict[str, Any]]  # [{"id", "name", "arguments": dict}]
+    finish_reason: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+class ChatProvider(Protocol):
+    name: str
+
+    def chat(
+        self, *, model: str, messages: list[dict], tools: list[dict], parameters: dict, timeout_ms: int
+    ) -> ChatResult: ...

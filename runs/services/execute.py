@@ -1,0 +1,368 @@
+"""The platform runs agents itself: start, execute (on a Celery worker), cancel.
+
+Execution is the tool-calling loop: ask the model; store the call as an ``llm`` step;
+run each tool it asked for and store a ``tool`` step, the tool call, the tool's message
+and the scratch memory; repeat until the model answers without tools, the step limit is
+reached, the run is cancelled or a call fails. Every step goes through
+``runs.services.ingest.ingest`` — the same write path as ingested traces — so totals,
+cost and live updates work the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentops.errors import Conflict, InvalidRequest
+from agentops.llm.base import ProviderError
+from agentops.llm.providers import provider_for
+from agentops.services.audit import audit_record
+from runs.models import Agent, AgentVersion, Run
+from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
+from runs.tools.base import ToolContext, ToolError
+from runs.tools.registry import tools_for
+
+LLM_CALL_TIMEOUT_MS = 120_000
+ROOT_SPAN = "root"
+
+
+def run_start(
+    *,
+    project,
+    agent: Agent,
+    actor,
+    input: Any,
+    version_number: int | None = None,
+    parameters: dict | None = None,
+    ip: str | None = None,
+) -> Run:
+    """Create a queued run of ``agent`` (its latest version unless one is named) and hand
+    it to a worker once the transaction commits."""
+    number = version_number or agent.latest_version
+    version = AgentVersion.objects.filter(agent=agent, number=number).first()
+    if version is None:
+        raise InvalidRequest(f"agent {agent.name!r} has no version {number}")
+    if input in (None, ""):
+        raise InvalidRequest("give the run an input (the user's message)")
+    from runs.services.agents import _clean_parameters
+
+    overrides = _clean_parameters(parameters)
+    now = timezone.now()
+    trace_id = f"exec-{uuid.uuid4().hex}"
+    with transaction.atomic():
+        ingest(
+            project=project,
+            runs=[
+                RunEvent(
+                    trace_id=trace_id,
+                    fields={
+                        "name": agent.name,
+                        "agent_name": agent.name,
+                        "agent_version": str(version.number),
+                        "status": Run.Status.QUEUED,
+                        "input": input,
+                        "started_at": now,
+                        "metadata": {"executed": True, "parameters": {**version.parameters, **overrides}},
+                    },
+                )
+            ],
+        )
+        run = Run.objects.get(project=project, trace_id=trace_id)
+        run.executed_version = version
+        run.execution = {"parameters": overrides}
+        run.save(update_fields=["executed_version", "execution"])
+        audit_record(
+            organization=project.organization,
+            actor=actor,
+            action="run.start",
+            target=run,
+            data={"agent": agent.name, "version": version.number},
+            ip=ip,
+        )
+        transaction.on_commit(lambda: _enqueue(project.organization_id, run.pk))
+    return run
+
+
+def _enqueue(organization_id: int, run_id: int) -> None:
+    from runs.tasks import execute_run
+
+    execute_run.delay(organization_id, run_id)
+
+
+def run_cancel(*, run: Run, actor, ip: str | None = None) -> Run:
+    """Ask the run to stop: a queued run stops at once, a running one before its next step."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.executed_version_id is None:
+            raise InvalidRequest("only runs the platform executes can be cancelled")
+        if run.status in (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED):
+            raise Conflict(f"the run already {run.status}")
+        run.cancel_requested = True
+        run.save(update_fields=["cancel_requested"])
+        if run.status == Run.Status.QUEUED:
+            _finish(run, status=Run.Status.CANCELLED, error="cancelled before it started")
+        audit_record(organization=run.project.organization, actor=actor, action="run.cancel", target=run, ip=ip)
+    return run
+
+
+def _finish(run: Run, *, status: str, output: Any = None, error: str = "") -> None:
+    fields: dict[str, Any] = {"status": status, "ended_at": timezone.now()}
+    if output is not None:
+        fields["output"] = output
+    if error:
+        fields["error"] = error
+    ingest(
+        project=run.project,
+        runs=[RunEvent(trace_id=run.trace_id, fields=fields)],
+        steps=[_root_step(run, status=status, error=error, output=output, ended=True)],
+    )
+
+
+def _root_step(run: Run, *, status: str = "", error: str = "", output: Any = None, ended: bool = False) -> StepEvent:
+    return StepEvent(
+        trace_id=run.trace_id,
+        span_id=ROOT_SPAN,
+        kind="agent",
+        name=run.agent_name or run.name,
+        started_at=run.started_at,
+        ended_at=timezone.now() if ended else None,
+        status={"succeeded": "ok", "failed": "error", "cancelled": "error"}.get(status, "unset"),
+        error=error,
+        input=run.input,
+        output=output,
+    )
+
+
+def _assistant_message(content: str, tool_calls: list[dict]) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    if tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
+            }
+            for call in tool_calls
+        ]
+    return message
+
+
+def _claim(run_id: int) -> bool:
+    """Take the queued run for this worker; False when another worker has it or it ended."""
+    claimed = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, cancel_requested=False).update(
+        status=Run.Status.RUNNING, worker=socket.gethostname(), heartbeat_at=timezone.now()
+    )
+    # Nothing got updated: another worker got there first, or the run was cancelled.
+    return claimed == 1
+
+
+def run_execute(*, run_id: int) -> None:
+    """Execute a queued run to its end (Celery entry point: runs.tasks.execute_run)."""
+    if not _claim(run_id):
+        return
+    run = Run.objects.select_related("project", "executed_version", "project__organization").get(pk=run_id)
+    version = run.executed_version
+    parameters = {**version.parameters, **run.execution.get("parameters", {})}
+    tools = tools_for(project=run.project, names=version.tools)
+    definitions = [tool.definition() for tool in tools.values()]
+    project = run.project
+    ingest(
+        project=project,
+        runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.RUNNING})],
+        steps=[_root_step(run)],
+    )
+    try:
+        provider = provider_for(organization=project.organization, model=version.model)
+    except InvalidRequest as exc:
+        _finish(run, status=Run.Status.FAILED, error=exc.message)
+        return
+
+    user_input = run.input if isinstance(run.input, str) else json.dumps(run.input)
+    conversation: list[dict] = []
+    if version.system_prompt:
+        conversation.append({"role": "system", "content": version.system_prompt})
+    conversation.append({"role": "user", "content": user_input})
+    ingest(
+        project=project,
+        messages=[
+            MessageEvent(
+                trace_id=run.trace_id,
+                message_id=f"m{index}",
+                position=index,
+                role=message["role"],
+                content=message["content"],
+            )
+            for index, message in enumerate(conversation)
+        ],
+    )
+    memory: dict[str, Any] = {}
+    position = len(conversation)
+
+    for step in range(1, version.step_limit + 1):
+        if Run.objects.filter(pk=run.pk, cancel_requested=True).exists():
+            _finish(run, status=Run.Status.CANCELLED, error="cancelled")
+            return
+        started = timezone.now()
+        try:
+            result = provider.chat(
+                model=version.model,
+                messages=conversation,
+                tools=definitions,
+                parameters=parameters,
+                timeout_ms=LLM_CALL_TIMEOUT_MS,
+            )
+        except ProviderError as exc:
+            ingest(
+                project=project,
+                steps=[
+                    StepEvent(
+                        trace_id=run.trace_id,
+                        span_id=f"llm-{step}",
+                        parent_span_id=ROOT_SPAN,
+                        kind="llm",
+                        name=f"chat {version.model}",
+                        started_at=started,
+                        ended_at=timezone.now(),
+                        status="error",
+                        error=str(exc),
+                        model=version.model,
+                        provider=getattr(provider, "name", ""),
+                        input={"messages": conversation},
+                    )
+                ],
+            )
+            _finish(run, status=Run.Status.FAILED, error=f"step {step}: {exc}")
+            return
+        ended = timezone.now()
+        assistant = _assistant_message(result.content, result.tool_calls)
+        conversation.append(assistant)
+        ingest(
+            project=project,
+            steps=[
+                StepEvent(
+                    trace_id=run.trace_id,
+                    span_id=f"llm-{step}",
+                    parent_span_id=ROOT_SPAN,
+                    kind="llm",
+                    name=f"chat {version.model}",
+                    started_at=started,
+                    ended_at=ended,
+                    status="ok",
+                    model=result.model if version.model != "offline" else "offline",
+                    provider=getattr(provider, "name", ""),
+                    input_tokens=result.input_tokens,
+                    cached_input_tokens=result.cached_input_tokens,
+                    output_tokens=result.output_tokens,
+                    input={"messages": conversation[:-1], "parameters": parameters},
+                    output=result.raw or {"content": result.content, "tool_calls": result.tool_calls},
+                    attributes={"finish_reason": result.finish_reason},
+                )
+            ],
+            messages=[
+                MessageEvent(
+                    trace_id=run.trace_id,
+                    message_id=f"m{position}",
+                    position=position,
+                    role="assistant",
+                    content=result.content,
+                    tool_calls=result.tool_calls,
+                    finish_reason=result.finish_reason,
+                    span_id=f"llm-{step}",
+                    tokens=result.output_tokens,
+                )
+            ],
+        )
+        position += 1
+        if not result.tool_calls:
+            _finish(run, status=Run.Status.SUCCEEDED, output=result.content)
+            return
+        for index, call in enumerate(result.tool_calls):
+            position = _run_tool(run, step, index, call, tools, memory, conversation, position)
+        Run.objects.filter(pk=run.pk).update(
+            heartbeat_at=timezone.now(),
+            execution={**run.execution, "conversation": conversation, "memory": memory, "step": step},
+        )
+    _finish(run, status=Run.Status.FAILED, error=f"the step limit of {version.step_limit} was reached")
+
+
+def _run_tool(run, step, index, call, tools, memory, conversation, position) -> int:
+    span_id = f"tool-{step}-{index}"
+    started: datetime = timezone.now()
+    tick = time.perf_counter()
+    tool = tools.get(call["name"])
+    error, result = "", None
+    before = json.dumps(memory, sort_keys=True, default=str)
+    if tool is None:
+        error = f"unknown tool {call['name']!r}"
+    else:
+        try:
+            result = tool.call(call["arguments"], ToolContext(memory=memory, run_id=run.pk, call_id=call["id"]))
+        except ToolError as exc:
+            error = str(exc)
+    latency_ms = (time.perf_counter() - tick) * 1000
+    content = json.dumps({"error": error} if error else result, default=str)
+    conversation.append({"role": "tool", "tool_call_id": call["id"], "name": call["name"], "content": content})
+    snapshots = []
+    if json.dumps(memory, sort_keys=True, default=str) != before:
+        snapshots.append(
+            MemoryEvent(
+                trace_id=run.trace_id,
+                snapshot_id=span_id,
+                span_id=span_id,
+                sequence=step * 1000 + index,
+                state=dict(memory),
+                taken_at=timezone.now(),
+            )
+        )
+    ingest(
+        project=run.project,
+        steps=[
+            StepEvent(
+                trace_id=run.trace_id,
+                span_id=span_id,
+                parent_span_id=ROOT_SPAN,
+                kind="tool",
+                name=call["name"],
+                started_at=started,
+                ended_at=timezone.now(),
+                status="error" if error else "ok",
+                error=error,
+                input=call["arguments"],
+                output=result,
+            )
+        ],
+        tool_calls=[
+            ToolCallEvent(
+                trace_id=run.trace_id,
+                call_id=call["id"],
+                tool_name=call["name"],
+                span_id=span_id,
+                arguments=call["arguments"],
+                result=result,
+                error=error,
+                latency_ms=latency_ms,
+                started_at=started,
+            )
+        ],
+        messages=[
+            MessageEvent(
+                trace_id=run.trace_id,
+                message_id=f"m{position}",
+                position=position,
+                role="tool",
+                content=content,
+                tool_call_id=call["id"],
+                name=call["name"],
+                span_id=span_id,
+            )
+        ],
+        snapshots=snapshots,
+    )
+    return position + 1
