@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs.api import batch, settings, views
+from runs.api import agents, batch, settings, views
 
 project = "projects/<slug:org_slug>/<slug:project_slug>"
 run = f"{project}/runs/<int:run_id>"
@@ -8,6 +8,19 @@ run = f"{project}/runs/<int:run_id>"
 urlpatterns = [
     path("ingest", batch.IngestView.as_view(), name="api-ingest"),
     path(f"{project}/runs/", views.RunListView.as_view(), name="api-run-list"),
+    path(f"{run}/cancel/", agents.RunCancelView.as_view(), name="api-run-cancel"),
+    path(f"{project}/agents/", agents.AgentListView.as_view(), name="api-agent-list"),
+    path(f"{project}/agents/<int:agent_id>/", agents.AgentDetailView.as_view(), name="api-agent-detail"),
+    path(
+        f"{project}/agents/<int:agent_id>/versions/", agents.AgentVersionListView.as_view(), name="api-agent-versions"
+    ),
+    path(f"{project}/tools/", agents.ToolListView.as_view(), name="api-tool-list"),
+    path(f"{project}/webhook-tools/", agents.WebhookToolListView.as_view(), name="api-webhook-tool-list"),
+    path(
+        f"{project}/webhook-tools/<int:tool_id>/",
+        agents.WebhookToolDetailView.as_view(),
+        name="api-webhook-tool-detail",
+    ),
     path(f"{project}/runs/export/", views.RunExportView.as_view(), name="api-run-export"),
     path(f"{run}/", views.RunDetailView.as_view(), name="api-run-detail"),
     path(f"{run}/steps/", views.RunStepListView.as_view(), name="api-run-steps"),

@@ -29,10 +29,12 @@ from rest_framework.utils.encoders import JSONEncoder
 from rest_framework.utils.urls import replace_query_param
 
 from agentops.api.base import ProjectEndpoint
+from agentops.api.idempotency import idempotent
 from agentops.api.pagination import CreatedCursorPagination
 from agentops.errors import InvalidRequest, NotFound
 from agentops.scoping import organization_scope
 from runs import selectors
+from runs.api import agents
 from runs.api import serializers as s
 from runs.models import Run
 
@@ -205,10 +207,17 @@ class RunsEndpoint(ProjectEndpoint):
 
 class RunListView(RunsEndpoint):
     """Runs of the project, filtered, sorted (`sort`, default newest first) and
-    cursor-paginated. `total_cost` is a decimal string."""
+    cursor-paginated. `total_cost` is a decimal string. POST starts a run of an agent
+    (202; members, or API keys with the `execute` scope)."""
 
+    permissions = {"GET": "work:read", "POST": "work:write"}
     serializer_class = s.RunSerializer
     pagination_class = RunCursorPagination
+
+    @extend_schema(request=agents.RunStartSerializer, responses={202: s.RunDetailSerializer})
+    @idempotent
+    def post(self, request, org_slug, project_slug):
+        return agents.start_run(self, request)
 
     @extend_schema(parameters=RUN_FILTER_PARAMETERS)
     def get(self, request, org_slug, project_slug):
