@@ -237,6 +237,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "agentops.tasks.purge_expired_idempotency_keys",
         "schedule": timedelta(hours=1),
     },
+    "recover-stalled-runs": {
+        "task": "runs.tasks.recover_stalled_runs",
+        "schedule": timedelta(minutes=1),
+    },
     "purge-expired-runs": {
         "task": "runs.tasks.purge_expired_runs",
         "schedule": crontab(hour=3, minute=17),

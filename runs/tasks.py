@@ -45,3 +45,14 @@ def execute_run(organization_id: int, run_id: int) -> None:
 
     with organization_scope(organization_id):
         run_execute(run_id=run_id)
+
+
+@shared_task
+def recover_stalled_runs() -> int:
+    """Hand runs whose worker died back to a worker (every minute); they resume."""
+    from runs.services.execute import stalled_run_ids
+
+    stalled = stalled_run_ids()
+    for organization_id, run_id in stalled:
+        execute_run.delay(organization_id, run_id)
+    return len(stalled)

@@ -14,10 +14,11 @@ import json
 import socket
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest
@@ -31,6 +32,11 @@ from runs.tools.registry import tools_for
 
 LLM_CALL_TIMEOUT_MS = 120_000
 ROOT_SPAN = "root"
+# A worker beats after every step; a running run silent for longer than this lost its worker.
+STALL_AFTER = timedelta(seconds=LLM_CALL_TIMEOUT_MS / 1000 + 180)
+# The same tool with the same arguments this many times in a row gets a corrective
+# message; once more after it and the run stops.
+REPEAT_LIMIT = 3
 
 
 def run_start(
@@ -155,65 +161,119 @@ def _assistant_message(content: str, tool_calls: list[dict]) -> dict:
 
 
 def _claim(run_id: int) -> bool:
-    """Take the queued run for this worker; False when another worker has it or it ended."""
-    claimed = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, cancel_requested=False).update(
-        status=Run.Status.RUNNING, worker=socket.gethostname(), heartbeat_at=timezone.now()
+    """Take the run for this worker: a queued one, or a running one whose worker stopped
+    beating (it died mid-run: the run resumes from its saved state). False when another
+    worker has it, or it ended or was cancelled."""
+    now = timezone.now()
+    claimed = (
+        Run.objects.filter(pk=run_id, cancel_requested=False)
+        .filter(Q(status=Run.Status.QUEUED) | Q(status=Run.Status.RUNNING, heartbeat_at__lt=now - STALL_AFTER))
+        .update(status=Run.Status.RUNNING, worker=socket.gethostname(), heartbeat_at=now)
     )
-    # Nothing got updated: another worker got there first, or the run was cancelled.
+    # Nothing got updated: another worker got there first, or the run is not ours to take.
     return claimed == 1
 
 
+def stalled_run_ids() -> list[tuple[int, int]]:
+    """(organization id, run id) of executed runs whose worker stopped beating: a
+    periodic task hands them to a worker again, and they resume from their saved state."""
+    from agentops.scoping import dangerously_unscoped
+
+    with dangerously_unscoped("the recovery task looks for stalled runs in every organization"):
+        return list(
+            Run.objects.filter(
+                status=Run.Status.RUNNING,
+                executed_version__isnull=False,
+                cancel_requested=False,
+                heartbeat_at__lt=timezone.now() - STALL_AFTER,
+            ).values_list("organization_id", "id")
+        )
+
+
+def _save_state(run: Run, state: dict) -> None:
+    """The executor's state after every step, so a run whose worker dies resumes there
+    and no model call that already succeeded is made (and paid for) again."""
+    run.execution = state
+    Run.objects.filter(pk=run.pk).update(execution=state, heartbeat_at=timezone.now())
+
+
+def _action_signature(call: dict) -> str:
+    return call["name"] + ":" + json.dumps(call["arguments"], sort_keys=True, default=str)
+
+
 def run_execute(*, run_id: int) -> None:
-    """Execute a queued run to its end (Celery entry point: runs.tasks.execute_run)."""
+    """Execute a queued run to its end, or resume one whose worker died (Celery entry
+    point: runs.tasks.execute_run)."""
     if not _claim(run_id):
         return
     run = Run.objects.select_related("project", "executed_version", "project__organization").get(pk=run_id)
     version = run.executed_version
-    parameters = {**version.parameters, **run.execution.get("parameters", {})}
-    tools = tools_for(project=run.project, names=version.tools)
-    definitions = [tool.definition() for tool in tools.values()]
     project = run.project
-    ingest(
-        project=project,
-        runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.RUNNING})],
-        steps=[_root_step(run)],
-    )
+    state = dict(run.execution)
+    parameters = {**version.parameters, **state.get("parameters", {})}
+    tools = tools_for(project=project, names=version.tools)
+    definitions = [tool.definition() for tool in tools.values()]
     try:
         provider = provider_for(organization=project.organization, model=version.model)
     except InvalidRequest as exc:
         _finish(run, status=Run.Status.FAILED, error=exc.message)
         return
 
-    user_input = run.input if isinstance(run.input, str) else json.dumps(run.input)
-    conversation: list[dict] = []
-    if version.system_prompt:
-        conversation.append({"role": "system", "content": version.system_prompt})
-    conversation.append({"role": "user", "content": user_input})
-    ingest(
-        project=project,
-        messages=[
-            MessageEvent(
-                trace_id=run.trace_id,
-                message_id=f"m{index}",
-                position=index,
-                role=message["role"],
-                content=message["content"],
-            )
-            for index, message in enumerate(conversation)
-        ],
-    )
-    memory: dict[str, Any] = {}
-    position = len(conversation)
+    if "conversation" not in state:
+        ingest(
+            project=project,
+            runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.RUNNING})],
+            steps=[_root_step(run)],
+        )
+        user_input = run.input if isinstance(run.input, str) else json.dumps(run.input)
+        conversation = [{"role": "system", "content": version.system_prompt}] if version.system_prompt else []
+        conversation.append({"role": "user", "content": user_input})
+        ingest(
+            project=project,
+            messages=[
+                MessageEvent(
+                    trace_id=run.trace_id,
+                    message_id=f"m{index}",
+                    position=index,
+                    role=message["role"],
+                    content=message["content"],
+                )
+                for index, message in enumerate(conversation)
+            ],
+        )
+        state.update(
+            conversation=conversation,
+            memory={},
+            step=0,
+            position=len(conversation),
+            pending=[],
+            recent_actions=[],
+            warned="",
+        )
+        _save_state(run, state)
 
-    for step in range(1, version.step_limit + 1):
+    while True:
         if Run.objects.filter(pk=run.pk, cancel_requested=True).exists():
             _finish(run, status=Run.Status.CANCELLED, error="cancelled")
             return
+        if state["pending"]:
+            # The model asked for tools: run them (this is also where a resumed run picks up).
+            stop_reason = _run_pending_tools(run, state, tools)
+            _save_state(run, state)
+            if stop_reason:
+                _finish(run, status=Run.Status.FAILED, error=stop_reason)
+                return
+            continue
+        if state["step"] >= version.step_limit:
+            _finish(run, status=Run.Status.FAILED, error=f"the step limit of {version.step_limit} was reached")
+            return
+        state["step"] += 1
+        step = state["step"]
         started = timezone.now()
         try:
             result = provider.chat(
                 model=version.model,
-                messages=conversation,
+                messages=state["conversation"],
                 tools=definitions,
                 parameters=parameters,
                 timeout_ms=LLM_CALL_TIMEOUT_MS,
@@ -234,15 +294,13 @@ def run_execute(*, run_id: int) -> None:
                         error=str(exc),
                         model=version.model,
                         provider=getattr(provider, "name", ""),
-                        input={"messages": conversation},
+                        input={"messages": state["conversation"]},
                     )
                 ],
             )
             _finish(run, status=Run.Status.FAILED, error=f"step {step}: {exc}")
             return
-        ended = timezone.now()
-        assistant = _assistant_message(result.content, result.tool_calls)
-        conversation.append(assistant)
+        position = state["position"]
         ingest(
             project=project,
             steps=[
@@ -253,14 +311,14 @@ def run_execute(*, run_id: int) -> None:
                     kind="llm",
                     name=f"chat {version.model}",
                     started_at=started,
-                    ended_at=ended,
+                    ended_at=timezone.now(),
                     status="ok",
                     model=result.model if version.model != "offline" else "offline",
                     provider=getattr(provider, "name", ""),
                     input_tokens=result.input_tokens,
                     cached_input_tokens=result.cached_input_tokens,
                     output_tokens=result.output_tokens,
-                    input={"messages": conversation[:-1], "parameters": parameters},
+                    input={"messages": state["conversation"], "parameters": parameters},
                     output=result.raw or {"content": result.content, "tool_calls": result.tool_calls},
                     attributes={"finish_reason": result.finish_reason},
                 )
@@ -279,17 +337,55 @@ def run_execute(*, run_id: int) -> None:
                 )
             ],
         )
-        position += 1
+        state["conversation"].append(_assistant_message(result.content, result.tool_calls))
+        state["position"] = position + 1
+        state["pending"] = [{**call, "index": index} for index, call in enumerate(result.tool_calls)]
+        _save_state(run, state)
         if not result.tool_calls:
             _finish(run, status=Run.Status.SUCCEEDED, output=result.content)
             return
-        for index, call in enumerate(result.tool_calls):
-            position = _run_tool(run, step, index, call, tools, memory, conversation, position)
-        Run.objects.filter(pk=run.pk).update(
-            heartbeat_at=timezone.now(),
-            execution={**run.execution, "conversation": conversation, "memory": memory, "step": step},
+
+
+def _run_pending_tools(run: Run, state: dict, tools: dict) -> str:
+    """Run the tool calls the model asked for, one by one, saving after each; return a
+    reason to stop the run, or "" to go on."""
+    while state["pending"]:
+        call = state["pending"][0]
+        state["position"] = _run_tool(
+            run, state["step"], call["index"], call, tools, state["memory"], state["conversation"], state["position"]
         )
-    _finish(run, status=Run.Status.FAILED, error=f"the step limit of {version.step_limit} was reached")
+        state["pending"] = state["pending"][1:]
+        _save_state(run, state)
+        signature = _action_signature(call)
+        recent = [*state["recent_actions"], signature][-REPEAT_LIMIT - 1 :]
+        state["recent_actions"] = recent
+        # How many of the latest actions, counting back, are this same one.
+        repeats = next((i for i, action in enumerate(reversed(recent)) if action != signature), len(recent))
+        if repeats > REPEAT_LIMIT and state["warned"] == signature:
+            return f"repeated action: {call['name']} was called with the same arguments {repeats} times in a row"
+        if repeats >= REPEAT_LIMIT and state["warned"] != signature:
+            state["warned"] = signature
+            note = (
+                f"You have called {call['name']} with the same arguments {repeats} times in a row. "
+                "Do not call it again with these arguments: use the results you have, try something else, "
+                "or give your answer."
+            )
+            state["conversation"].append({"role": "user", "content": note})
+            ingest(
+                project=run.project,
+                messages=[
+                    MessageEvent(
+                        trace_id=run.trace_id,
+                        message_id=f"m{state['position']}",
+                        position=state["position"],
+                        role="user",
+                        content=note,
+                        name="agentops",
+                    )
+                ],
+            )
+            state["position"] += 1
+    return ""
 
 
 def _run_tool(run, step, index, call, tools, memory, conversation, position) -> int:

@@ -162,3 +162,60 @@ def test_started_run_executes_on_a_real_worker(tenant, celery_worker):
             break
         time.sleep(0.1)
     assert status == "succeeded"
+
+
+def test_repeated_action_gets_a_warning_then_stops_the_run(tenant, fake_mistral):
+    for _ in range(6):
+        fake_mistral.reply(completion(tool_calls=[("c", "calculator", {"expression": "1+1"})]))
+    with organization_scope(tenant.organization):
+        provider_secret_set(
+            organization=tenant.organization,
+            actor=None,
+            provider="mistral",
+            api_key="sk-test-key-123456",
+            base_url=fake_mistral.url,
+        )
+        run = _start(tenant, model="mistral-small-latest")
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error == "repeated action: calculator was called with the same arguments 4 times in a row"
+    fourth_request = fake_mistral.requests[3]["body"]["messages"]
+    assert fourth_request[-1]["role"] == "user" and "same arguments 3 times in a row" in fourth_request[-1]["content"]
+    assert len(fake_mistral.requests) == 4
+
+
+def test_run_whose_worker_died_resumes_without_repeating_a_paid_call(tenant, fake_mistral, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.services import execute
+
+    fake_mistral.reply(completion(tool_calls=[("c1", "calculator", {"expression": "6*7"})]))
+    fake_mistral.reply(completion(content="42"))
+    with organization_scope(tenant.organization):
+        provider_secret_set(
+            organization=tenant.organization,
+            actor=None,
+            provider="mistral",
+            api_key="sk-test-key-123456",
+            base_url=fake_mistral.url,
+        )
+        run = _start(tenant, model="mistral-small-latest")
+
+        def die(*args, **kwargs):
+            raise SystemExit("the worker was killed")
+
+        monkeypatch.setattr(execute, "_run_pending_tools", die)
+        with pytest.raises(SystemExit):
+            run_execute(run_id=run.pk)
+        monkeypatch.undo()
+        assert execute.stalled_run_ids() == []  # its heartbeat is fresh
+        Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(minutes=10))
+        assert execute.stalled_run_ids() == [(tenant.organization.pk, run.pk)]
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        assert ToolCall.objects.filter(run=run).count() == 1
+    assert run.status == "succeeded" and run.output == "42"
+    assert len(fake_mistral.requests) == 2  # the first call was not made again
