@@ -95,6 +95,9 @@ _check_fernet_keys(ENCRYPTION_KEYS)
 # subdomains too). Empty: the tool refuses every URL.
 HTTP_FETCH_ALLOWED_HOSTS = env_list("HTTP_FETCH_ALLOWED_HOSTS")
 
+# How long a tool call waiting for a person's approval waits before it expires.
+APPROVAL_TIMEOUT_MINUTES = env_int("APPROVAL_TIMEOUT_MINUTES", 60)
+
 # Private or loopback provider base URLs (a local model server) are refused unless allowed.
 ALLOW_PRIVATE_PROVIDER_URLS = env_bool("ALLOW_PRIVATE_PROVIDER_URLS", DEBUG)
 
@@ -236,6 +239,10 @@ CELERY_BEAT_SCHEDULE = {
     "purge-expired-idempotency-keys": {
         "task": "agentops.tasks.purge_expired_idempotency_keys",
         "schedule": timedelta(hours=1),
+    },
+    "expire-approvals": {
+        "task": "runs.tasks.expire_approvals",
+        "schedule": timedelta(minutes=1),
     },
     "recover-stalled-runs": {
         "task": "runs.tasks.recover_stalled_runs",

@@ -315,3 +315,34 @@ class WebhookTool(TenantModel):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Approval(TenantModel):
+    """A tool call waiting for a person: approve (optionally with edited arguments),
+    reject, or let it expire. The run waits meanwhile."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
+    call_id = models.CharField(max_length=200)
+    tool_name = models.CharField(max_length=200)
+    arguments = PayloadJSONField(null=True, blank=True)
+    approved_arguments = PayloadJSONField(null=True, blank=True, help_text="The arguments as approved (edited or not).")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    reason = models.TextField(blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="approval_unique_call")]
+        indexes = [models.Index(fields=["status", "expires_at"], name="approval_pending_expiry")]
+        ordering = ["created_at", "id"]

@@ -56,3 +56,11 @@ def recover_stalled_runs() -> int:
     for organization_id, run_id in stalled:
         execute_run.delay(organization_id, run_id)
     return len(stalled)
+
+
+@shared_task
+def expire_approvals() -> int:
+    """Expire approvals nobody answered in time; their runs continue (every minute)."""
+    from runs.services.approvals import approvals_expire
+
+    return approvals_expire()

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs.api import agents, batch, settings, views
+from runs.api import agents, approvals, batch, settings, views
 
 project = "projects/<slug:org_slug>/<slug:project_slug>"
 run = f"{project}/runs/<int:run_id>"
@@ -9,6 +9,7 @@ urlpatterns = [
     path("ingest", batch.IngestView.as_view(), name="api-ingest"),
     path(f"{project}/runs/", views.RunListView.as_view(), name="api-run-list"),
     path(f"{run}/cancel/", agents.RunCancelView.as_view(), name="api-run-cancel"),
+    path(f"{run}/approvals/", approvals.RunApprovalsView.as_view(), name="api-run-approvals"),
     path(f"{project}/agents/", agents.AgentListView.as_view(), name="api-agent-list"),
     path(f"{project}/agents/<int:agent_id>/", agents.AgentDetailView.as_view(), name="api-agent-detail"),
     path(

@@ -25,7 +25,8 @@ from agentops.errors import Conflict, InvalidRequest
 from agentops.llm.base import ProviderError
 from agentops.llm.providers import provider_for
 from agentops.services.audit import audit_record
-from runs.models import Agent, AgentVersion, Run
+from runs.models import Agent, AgentVersion, Approval, Run
+from runs.services.approvals import approval_request
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.tools.base import ToolContext, ToolError
 from runs.tools.registry import tools_for
@@ -37,6 +38,7 @@ STALL_AFTER = timedelta(seconds=LLM_CALL_TIMEOUT_MS / 1000 + 180)
 # The same tool with the same arguments this many times in a row gets a corrective
 # message; once more after it and the run stops.
 REPEAT_LIMIT = 3
+WAITING = "waiting"
 
 
 def run_start(
@@ -258,10 +260,12 @@ def run_execute(*, run_id: int) -> None:
             return
         if state["pending"]:
             # The model asked for tools: run them (this is also where a resumed run picks up).
-            stop_reason = _run_pending_tools(run, state, tools)
+            outcome = _run_pending_tools(run, state, tools, version)
             _save_state(run, state)
-            if stop_reason:
-                _finish(run, status=Run.Status.FAILED, error=stop_reason)
+            if outcome == WAITING:
+                return  # A person decides; the decision queues the run again.
+            if outcome:
+                _finish(run, status=Run.Status.FAILED, error=outcome)
                 return
             continue
         if state["step"] >= version.step_limit:
@@ -346,13 +350,35 @@ def run_execute(*, run_id: int) -> None:
             return
 
 
-def _run_pending_tools(run: Run, state: dict, tools: dict) -> str:
-    """Run the tool calls the model asked for, one by one, saving after each; return a
-    reason to stop the run, or "" to go on."""
+def _run_pending_tools(run: Run, state: dict, tools: dict, version: AgentVersion) -> str:
+    """Run the tool calls the model asked for, one by one, saving after each. Returns
+    WAITING when a call needs a person's approval first, a reason to stop the run, or ""
+    to go on."""
     while state["pending"]:
         call = state["pending"][0]
+        refusal = ""
+        if call["name"] in version.approval_tools:
+            approval = Approval.objects.filter(run=run, call_id=call["id"]).first()
+            if approval is None or approval.status == Approval.Status.PENDING:
+                if approval is None:
+                    approval_request(run=run, call=call)
+                return WAITING
+            if approval.status == Approval.Status.APPROVED:
+                call = {**call, "arguments": approval.approved_arguments}
+            elif approval.status == Approval.Status.REJECTED:
+                refusal = "a person rejected this call" + (f": {approval.reason}" if approval.reason else "")
+            else:
+                refusal = "nobody approved this call in time"
         state["position"] = _run_tool(
-            run, state["step"], call["index"], call, tools, state["memory"], state["conversation"], state["position"]
+            run,
+            state["step"],
+            call["index"],
+            call,
+            tools,
+            state["memory"],
+            state["conversation"],
+            state["position"],
+            refusal=refusal,
         )
         state["pending"] = state["pending"][1:]
         _save_state(run, state)
@@ -388,14 +414,16 @@ def _run_pending_tools(run: Run, state: dict, tools: dict) -> str:
     return ""
 
 
-def _run_tool(run, step, index, call, tools, memory, conversation, position) -> int:
+def _run_tool(run, step, index, call, tools, memory, conversation, position, refusal: str = "") -> int:
     span_id = f"tool-{step}-{index}"
     started: datetime = timezone.now()
     tick = time.perf_counter()
     tool = tools.get(call["name"])
     error, result = "", None
     before = json.dumps(memory, sort_keys=True, default=str)
-    if tool is None:
+    if refusal:
+        error = refusal
+    elif tool is None:
         error = f"unknown tool {call['name']!r}"
     else:
         try:

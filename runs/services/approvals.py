@@ -1,0 +1,110 @@
+"""Human approvals of tool calls: the run waits until a person approves (possibly with
+edited arguments), rejects, or the approval expires."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agentops.errors import Conflict, InvalidRequest
+from agentops.scoping import dangerously_unscoped
+from agentops.services.audit import audit_record
+from runs.models import Approval, Run
+from runs.services.ingest import RunEvent, ingest
+
+
+def approval_request(*, run: Run, call: dict) -> Approval:
+    """Create (once per tool call) the pending approval and put the run in ``waiting``."""
+    approval, _ = Approval.objects.get_or_create(
+        run=run,
+        call_id=call["id"],
+        defaults={
+            "organization_id": run.organization_id,
+            "project_id": run.project_id,
+            "tool_name": call["name"],
+            "arguments": call["arguments"],
+            "expires_at": timezone.now() + timedelta(minutes=settings.APPROVAL_TIMEOUT_MINUTES),
+        },
+    )
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.WAITING)
+    ingest(project=run.project, runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.WAITING})])
+    return approval
+
+
+def approval_decide(
+    *, approval: Approval, actor, approve: bool, arguments: Any = None, reason: str = "", ip: str | None = None
+) -> Approval:
+    """Approve (with ``arguments`` if edited) or reject a pending approval; the run goes
+    back to a worker and continues."""
+    if approve and arguments is not None and not isinstance(arguments, dict):
+        raise InvalidRequest("edited arguments must be a JSON object")
+    with transaction.atomic():
+        approval = Approval.objects.select_for_update().get(pk=approval.pk)
+        if approval.status != Approval.Status.PENDING:
+            raise Conflict(f"this approval is already {approval.status}")
+        if approval.expires_at <= timezone.now():
+            _expire(approval)
+            raise Conflict("this approval has expired")
+        approval.status = Approval.Status.APPROVED if approve else Approval.Status.REJECTED
+        approval.approved_arguments = (arguments if arguments is not None else approval.arguments) if approve else None
+        approval.reason = reason[:2000]
+        approval.decided_by = actor
+        approval.decided_at = timezone.now()
+        approval.save()
+        audit_record(
+            organization=approval.run.project.organization,
+            actor=actor,
+            action="approval.approve" if approve else "approval.reject",
+            target=approval.run,
+            data={"tool": approval.tool_name, "call_id": approval.call_id, "edited": approve and arguments is not None},
+            ip=ip,
+        )
+        _resume(approval.run)
+    return approval
+
+
+def _expire(approval: Approval) -> None:
+    approval.status = Approval.Status.EXPIRED
+    approval.reason = "nobody answered in time"
+    approval.decided_at = timezone.now()
+    approval.save(update_fields=["status", "reason", "decided_at"])
+    _resume(approval.run)
+
+
+def _resume(run: Run) -> None:
+    """Queue the waiting run again once nothing is pending, for a worker to continue."""
+    if Approval.objects.filter(run=run, status=Approval.Status.PENDING).exists():
+        return
+    updated = Run.objects.filter(pk=run.pk, status=Run.Status.WAITING).update(status=Run.Status.QUEUED)
+    if updated:
+        ingest(project=run.project, runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.QUEUED})])
+        organization_id, run_id = run.organization_id, run.pk
+        transaction.on_commit(lambda: _enqueue(organization_id, run_id))
+
+
+def _enqueue(organization_id: int, run_id: int) -> None:
+    from runs.tasks import execute_run
+
+    execute_run.delay(organization_id, run_id)
+
+
+def approvals_expire() -> int:
+    """Expire every pending approval past its time and let the runs continue (periodic)."""
+    with dangerously_unscoped("the expiry task reads pending approvals of every organization"):
+        due = list(
+            Approval.objects.select_related("run", "run__project")
+            .filter(status=Approval.Status.PENDING, expires_at__lte=timezone.now())
+            .values_list("organization_id", "pk")
+        )
+    from agentops.scoping import organization_scope
+
+    for organization_id, approval_id in due:
+        with organization_scope(organization_id), transaction.atomic():
+            approval = Approval.objects.select_for_update().select_related("run__project").get(pk=approval_id)
+            if approval.status == Approval.Status.PENDING:
+                _expire(approval)
+    return len(due)

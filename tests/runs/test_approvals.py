@@ -1,0 +1,118 @@
+"""Human approvals: a tool call marked for approval pauses the run until a person decides."""
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from agentops.scoping import organization_scope
+from runs.models import Approval, Run, Step, ToolCall
+from runs.services.agents import agent_create
+from runs.services.approvals import approvals_expire
+from runs.services.execute import run_execute, run_start
+
+BASE = "/api/v1/projects/acme/agent"
+
+
+def _waiting_run(tenant):
+    with organization_scope(tenant.organization):
+        agent = agent_create(
+            project=tenant.project,
+            actor=None,
+            name="calc",
+            model="offline",
+            tools=["calculator"],
+            approval_tools=["calculator"],
+        )
+        run = run_start(project=tenant.project, agent=agent, actor=tenant.member, input="What is 6 * 7?")
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        approval = Approval.objects.get(run=run)
+    return run, approval
+
+
+def _continue(tenant, run):
+    with organization_scope(tenant.organization):
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        call = ToolCall.objects.get(run=run)
+    return run, call
+
+
+def test_call_needing_approval_pauses_the_run_without_running_the_tool(tenant, client_for):
+    run, approval = _waiting_run(tenant)
+    assert run.status == "waiting"
+    assert (approval.status, approval.tool_name, approval.arguments) == (
+        "pending",
+        "calculator",
+        {"expression": "6 * 7"},
+    )
+    with organization_scope(tenant.organization):
+        assert not ToolCall.objects.filter(run=run).exists()
+    listed = client_for(tenant.viewer).get(f"{BASE}/runs/{run.pk}/approvals/").json()
+    assert [a["status"] for a in listed] == ["pending"]
+
+
+def test_approve_continues_the_run(tenant, client_for):
+    run, approval = _waiting_run(tenant)
+    response = client_for(tenant.member).post(
+        f"{BASE}/runs/{run.pk}/approvals/", {"approval": approval.pk, "decision": "approve"}, format="json"
+    )
+    assert response.status_code == 200 and response.json()["decided_by"] == tenant.member.email
+    assert Run.dangerously_unscoped_objects.get(pk=run.pk).status == "queued"
+    run, call = _continue(tenant, run)
+    assert run.status == "succeeded" and call.result == {"expression": "6 * 7", "result": 42}
+
+
+def test_edit_arguments_then_approve(tenant, client_for):
+    run, approval = _waiting_run(tenant)
+    client_for(tenant.member).post(
+        f"{BASE}/runs/{run.pk}/approvals/",
+        {"approval": approval.pk, "decision": "approve", "arguments": {"expression": "2 * 21"}},
+        format="json",
+    )
+    run, call = _continue(tenant, run)
+    assert call.arguments == {"expression": "2 * 21"} and call.result["result"] == 42
+
+
+def test_reject_tells_the_model_and_the_tool_never_runs(tenant, client_for):
+    run, approval = _waiting_run(tenant)
+    client_for(tenant.member).post(
+        f"{BASE}/runs/{run.pk}/approvals/",
+        {"approval": approval.pk, "decision": "reject", "reason": "not now"},
+        format="json",
+    )
+    run, call = _continue(tenant, run)
+    assert call.result is None and call.error == "a person rejected this call: not now"
+    with organization_scope(tenant.organization):
+        assert Step.objects.get(run=run, kind="tool").status == "error"
+    assert run.status == "succeeded"
+
+
+def test_unanswered_approval_expires_and_the_run_continues(tenant):
+    run, approval = _waiting_run(tenant)
+    Approval.dangerously_unscoped_objects.filter(pk=approval.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert approvals_expire() == 1
+    assert Approval.dangerously_unscoped_objects.get(pk=approval.pk).status == "expired"
+    run, call = _continue(tenant, run)
+    assert call.error == "nobody approved this call in time"
+
+
+def test_viewer_cannot_decide_and_a_decision_is_final(tenant, client_for):
+    run, approval = _waiting_run(tenant)
+    url = f"{BASE}/runs/{run.pk}/approvals/"
+    body = {"approval": approval.pk, "decision": "approve"}
+    assert client_for(tenant.viewer).post(url, body, format="json").status_code == 403
+    assert client_for(tenant.member).post(url, body, format="json").status_code == 200
+    again = client_for(tenant.admin).post(url, {**body, "decision": "reject"}, format="json")
+    assert again.status_code == 409 and again.json()["error"]["message"] == "this approval is already approved"
+
+
+def test_other_tenant_cannot_see_or_decide(tenant, other_tenant, client_for):
+    run, approval = _waiting_run(tenant)
+    outsider = client_for(other_tenant.owner)
+    assert outsider.get(f"{BASE}/runs/{run.pk}/approvals/").status_code == 404
+    foreign = f"/api/v1/projects/globex/agent/runs/{run.pk}/approvals/"
+    assert outsider.post(foreign, {"approval": approval.pk, "decision": "approve"}, format="json").status_code == 404
+    assert Approval.dangerously_unscoped_objects.get(pk=approval.pk).status == "pending"
