@@ -47,6 +47,8 @@ class FakeMistral:
         self.script: list[tuple[int, dict, dict]] = []  # (status, body, headers)
         self.requests: list[dict] = []
         self.lock = threading.Lock()
+        # Answer to the executor's summarising calls (context compaction), outside the script.
+        self.summary = "The user asked for several calculations; all were done."
 
     def reply(self, body: dict, status: int = 200, headers: dict | None = None) -> None:
         self.script.append((status, body, headers or {}))
@@ -66,7 +68,11 @@ def fake_mistral():
         def do_POST(self):  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             state.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-            status, payload, headers = state.next()
+            first = (body.get("messages") or [{}])[0].get("content") or ""
+            if isinstance(first, str) and first.startswith("Summarise this part"):
+                status, payload, headers = 200, completion(content=state.summary), {}
+            else:
+                status, payload, headers = state.next()
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

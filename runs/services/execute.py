@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest
 from agentops.llm.base import ProviderError
+from agentops.llm.context import context_window, estimate_tokens
 from agentops.llm.providers import provider_for
 from agentops.services.audit import audit_record
 from runs.models import Agent, AgentVersion, Approval, Run
@@ -39,6 +40,10 @@ STALL_AFTER = timedelta(seconds=LLM_CALL_TIMEOUT_MS / 1000 + 180)
 # message; once more after it and the run stops.
 REPEAT_LIMIT = 3
 WAITING = "waiting"
+# Compact the conversation when it passes this share of the model's context window,
+# keeping this many of the latest messages.
+COMPACT_AT = 0.8
+KEEP_RECENT = 6
 
 
 def run_start(
@@ -273,6 +278,9 @@ def run_execute(*, run_id: int) -> None:
             return
         state["step"] += 1
         step = state["step"]
+        if estimate_tokens(state["conversation"]) > COMPACT_AT * context_window(version.model):
+            _compact(run, state, provider, version, parameters)
+            _save_state(run, state)
         started = timezone.now()
         try:
             result = provider.chat(
@@ -348,6 +356,89 @@ def run_execute(*, run_id: int) -> None:
         if not result.tool_calls:
             _finish(run, status=Run.Status.SUCCEEDED, output=result.content)
             return
+
+
+def _compact(run: Run, state: dict, provider, version: AgentVersion, parameters: dict) -> None:
+    """Shrink a conversation that nears the model's context window: keep the system
+    prompt, the first user message and the most recent messages, replace the middle by
+    a summary the model writes, and record both the summarising call and the compaction
+    as steps of the run."""
+    conversation = state["conversation"]
+    head = [m for m in conversation[:2] if m["role"] in ("system", "user")]
+    if len(head) == 2 and head[1]["role"] != "user":
+        head = head[:1]
+    tail_start = max(len(head), len(conversation) - KEEP_RECENT)
+    # Never start the kept tail on a tool result whose call would be cut away.
+    while tail_start < len(conversation) and conversation[tail_start]["role"] == "tool":
+        tail_start -= 1
+    middle = conversation[len(head) : tail_start]
+    if len(middle) < 2:
+        return  # Nothing worth summarising: the kept messages alone are this long.
+    step = state["step"]
+    started = timezone.now()
+    request = [
+        {
+            "role": "system",
+            "content": "Summarise this part of an agent's conversation in at most 200 words. "
+            "Keep facts, decisions, tool results and open questions.",
+        },
+        {"role": "user", "content": json.dumps(middle, default=str)[:200_000]},
+    ]
+    try:
+        result = provider.chat(
+            model=version.model, messages=request, tools=[], parameters=parameters, timeout_ms=LLM_CALL_TIMEOUT_MS
+        )
+        summary = result.content.strip() or "(empty summary)"
+    except ProviderError as exc:
+        result, summary = None, f"(the earlier part of the conversation was removed; summarising failed: {exc})"
+    before = estimate_tokens(conversation)
+    compacted = [
+        *head,
+        {"role": "user", "content": f"Summary of the earlier conversation: {summary}"},
+        *conversation[tail_start:],
+    ]
+    steps = [
+        StepEvent(
+            trace_id=run.trace_id,
+            span_id=f"compaction-{step}",
+            parent_span_id=ROOT_SPAN,
+            kind="custom",
+            name="context compaction",
+            started_at=started,
+            ended_at=timezone.now(),
+            status="ok",
+            output={"summary": summary},
+            attributes={
+                "messages_before": len(conversation),
+                "messages_after": len(compacted),
+                "estimated_tokens_before": before,
+                "estimated_tokens_after": estimate_tokens(compacted),
+                "context_window": context_window(version.model),
+            },
+        )
+    ]
+    if result is not None:
+        steps.append(
+            StepEvent(
+                trace_id=run.trace_id,
+                span_id=f"compaction-{step}-llm",
+                parent_span_id=f"compaction-{step}",
+                kind="llm",
+                name=f"summarise {version.model}",
+                started_at=started,
+                ended_at=timezone.now(),
+                status="ok",
+                model=result.model if version.model != "offline" else "offline",
+                provider=getattr(provider, "name", ""),
+                input_tokens=result.input_tokens,
+                output_tokens=result.output_tokens,
+                input={"messages": request},
+                output={"content": result.content},
+            )
+        )
+    ingest(project=run.project, steps=steps)
+    state["conversation"] = compacted
+    state["compactions"] = state.get("compactions", 0) + 1
 
 
 def _run_pending_tools(run: Run, state: dict, tools: dict, version: AgentVersion) -> str:

@@ -219,3 +219,38 @@ def test_run_whose_worker_died_resumes_without_repeating_a_paid_call(tenant, fak
         assert ToolCall.objects.filter(run=run).count() == 1
     assert run.status == "succeeded" and run.output == "42"
     assert len(fake_mistral.requests) == 2  # the first call was not made again
+
+
+def test_long_conversation_is_compacted_and_the_compaction_recorded(tenant, fake_mistral, monkeypatch):
+    from agentops.llm import context
+
+    monkeypatch.setitem(context.CONTEXT_WINDOWS, "mistral-small", 400)
+    for n in range(6):
+        fake_mistral.reply(completion(tool_calls=[(f"c{n}", "calculator", {"expression": f"{n} + {n} * 1000"})]))
+    fake_mistral.reply(completion(content="All done."))
+    with organization_scope(tenant.organization):
+        provider_secret_set(
+            organization=tenant.organization,
+            actor=None,
+            provider="mistral",
+            api_key="sk-test-key-123456",
+            base_url=fake_mistral.url,
+        )
+        run = _start(tenant, model="mistral-small-latest", system_prompt="You are a careful calculator. " * 5)
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        compactions = list(Step.objects.filter(run=run, name="context compaction"))
+        summarising = Step.objects.filter(run=run, name__startswith="summarise").count()
+    assert run.status == "succeeded" and run.output == "All done."
+    assert compactions and summarising == len(compactions)
+    assert compactions[0].attributes["messages_after"] < compactions[0].attributes["messages_before"]
+    agent_requests = [
+        r["body"]["messages"]
+        for r in fake_mistral.requests
+        if not r["body"]["messages"][0]["content"].startswith("Summarise")
+    ]
+    last = agent_requests[-1]
+    assert last[0]["role"] == "system" and last[1] == {"role": "user", "content": "What is (6 * 7) + 0?"}
+    assert any("Summary of the earlier conversation: The user asked" in (m.get("content") or "") for m in last)
+    # Uncompacted, the last request would hold system + user + 6 x (tool call, tool result) = 14.
+    assert len(last) < 14
