@@ -29,6 +29,10 @@ MISTRAL_PRICES = [
 ]
 
 
+# The platform's scripted offline model (agentops/llm/offline.py) costs nothing.
+OFFLINE_SOURCE = "AgentOps Studio offline model: free"
+
+
 def seed_prices(model_price) -> None:
     """Create the seed rows that are missing (``model_price`` is the model class,
     historical in a migration)."""
@@ -44,3 +48,14 @@ def seed_prices(model_price) -> None:
                 "source": SOURCE,
             },
         )
+    model_price.objects.get_or_create(
+        pattern="offline",
+        match="exact",
+        effective_from=EFFECTIVE_FROM,
+        defaults={
+            "provider": "agentops",
+            "input_per_million": Decimal(0),
+            "output_per_million": Decimal(0),
+            "source": OFFLINE_SOURCE,
+        },
+    )

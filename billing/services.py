@@ -66,12 +66,14 @@ def prices_changed() -> None:
 
 
 def _matches(price: Price, model: str) -> bool:
+    """Whether ``price`` applies to ``model`` (lowercased): names and prefixes entered
+    with capitals in the admin match too."""
     if price.match == ModelPrice.Match.EXACT:
-        return model == price.pattern
+        return model == price.pattern.lower()
     if price.match == ModelPrice.Match.PREFIX:
-        return model.startswith(price.pattern)
+        return model.startswith(price.pattern.lower())
     try:
-        return re.fullmatch(price.pattern, model) is not None
+        return re.fullmatch(price.pattern, model, re.IGNORECASE) is not None
     except re.error:
         return False
 
@@ -86,9 +88,16 @@ def price_for(*, model: str, at: datetime | None = None) -> Price | None:
         return None
     at = at or timezone.now()
     model = model.strip().lower()
-    candidates = [p for p in _prices() if p.effective_from <= at and _matches(p, model)]
-    if not candidates:
+    matching = [p for p in _prices() if _matches(p, model)]
+    if not matching:
         return None
+    candidates = [p for p in matching if p.effective_from <= at]
+    if not candidates:
+        # A call older than the first price recorded for its model (the seed's date, a
+        # client's clock behind ours): that first price is the best estimate, and
+        # "unpriced" would say the model has no price at all.
+        first = min(p.effective_from for p in matching)
+        candidates = [p for p in matching if p.effective_from == first]
     return max(candidates, key=lambda p: (_MATCH_RANK[p.match], p.priority, len(p.pattern), p.effective_from))
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
@@ -11,6 +12,7 @@ from django.utils import timezone
 
 from runs.models import IngestSettings, Run, SavedView
 from runs.selectors import SORTABLE, RunFilters
+from runs.services.agents import MAX_STEP_LIMIT, PARAMETER_RANGES
 
 RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 RANGE_LABELS = {"1h": "Last hour", "24h": "Last 24 hours", "7d": "Last 7 days", "30d": "Last 30 days"}
@@ -235,3 +237,208 @@ class IngestSettingsForm(forms.Form):
 
     def clean_custom_patterns(self) -> list[str]:
         return [line.strip() for line in self.cleaned_data["custom_patterns"].splitlines() if line.strip()]
+
+
+# --- Agents, runs started from a page, webhook tools ----------------------------------------
+# Parsed here, validated by runs.services.agents and runs.services.execute: the bounds
+# below only give the browser its hints (min, max, step), never a second set of rules.
+
+MODEL_HELP = (
+    "<code>offline</code> runs without any key: a scripted, deterministic stand-in that calls each tool once "
+    "(not a language model). Otherwise a Mistral model name such as <code>mistral-large-latest</code>, run "
+    "with the organization's Mistral key (Secrets)."
+)
+MODEL_SUGGESTIONS = ("offline", "mistral-large-latest", "mistral-medium-latest", "mistral-small-latest")
+PARAMETER_LABELS = {
+    "temperature": "Temperature",
+    "top_p": "Top p",
+    "max_tokens": "Max tokens",
+    "random_seed": "Random seed",
+}
+
+
+def _unix_newlines(text: str) -> str:
+    """Browsers send a textarea's line breaks as CRLF; the model, and a diff of two versions, see LF."""
+    return text.replace("\r\n", "\n")
+
+
+def _parameter_field(name: str, *, help_text: str = "", placeholder: str = "model default") -> forms.Field:
+    low, high, kind = PARAMETER_RANGES[name]
+    attrs = {"min": low, "max": high, "step": "any" if kind is float else 1, "placeholder": placeholder}
+    field_class = forms.FloatField if kind is float else forms.IntegerField
+    return field_class(
+        label=PARAMETER_LABELS[name], required=False, help_text=help_text, widget=forms.NumberInput(attrs=attrs)
+    )
+
+
+class AgentConfigForm(forms.Form):
+    """One version of an agent: what ``agent_version_create`` (and ``agent_create``) take.
+    The tool choices are the project's tools at the time (``available_tools``)."""
+
+    model = forms.CharField(
+        max_length=200,
+        help_text=MODEL_HELP,
+        widget=forms.TextInput(attrs={"list": "model-suggestions", "spellcheck": "false", "autocomplete": "off"}),
+    )
+    system_prompt = forms.CharField(
+        label="System prompt", required=False, widget=forms.Textarea(attrs={"rows": 5}), strip=False
+    )
+    tools = forms.MultipleChoiceField(label="Tools", required=False, widget=forms.CheckboxSelectMultiple)
+    approval_tools = forms.MultipleChoiceField(
+        label="Needs approval", required=False, widget=forms.CheckboxSelectMultiple
+    )
+    temperature = _parameter_field("temperature")
+    top_p = _parameter_field("top_p")
+    max_tokens = _parameter_field("max_tokens")
+    random_seed = _parameter_field("random_seed", help_text="The same seed makes Mistral's sampling repeatable.")
+    step_limit = forms.IntegerField(
+        label="Step limit",
+        initial=20,
+        help_text="The run stops after this many model calls.",
+        widget=forms.NumberInput(attrs={"min": 1, "max": MAX_STEP_LIMIT}),
+    )
+
+    def __init__(self, *args, tools: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.available = tools
+        choices = [(name, name) for name in sorted(tools, key=lambda name: (not tools[name].builtin, name))]
+        self.fields["tools"].choices = choices
+        self.fields["approval_tools"].choices = choices
+
+    @classmethod
+    def initial_from(cls, version) -> dict:
+        """A version's values, to prefill the edit form (it then saves a new version)."""
+        return {
+            "model": version.model,
+            "system_prompt": version.system_prompt,
+            "tools": list(version.tools),
+            "approval_tools": list(version.approval_tools),
+            "step_limit": version.step_limit,
+            **{name: version.parameters.get(name) for name in PARAMETER_LABELS},
+        }
+
+    def clean_system_prompt(self) -> str:
+        return _unix_newlines(self.cleaned_data["system_prompt"])
+
+    def tool_rows(self) -> list[dict]:
+        """One row per tool: its checkbox, its "needs approval" checkbox, what it is."""
+        use = {widget.data["value"]: widget for widget in self["tools"]}
+        approval = {widget.data["value"]: widget for widget in self["approval_tools"]}
+        return [
+            {
+                "name": name,
+                "builtin": self.available[name].builtin,
+                "description": self.available[name].description,
+                "use": use[name],
+                "approval": approval[name],
+            }
+            for name, _label in self.fields["tools"].choices
+        ]
+
+    def parameter_fields(self) -> list:
+        return [self[name] for name in PARAMETER_LABELS]
+
+    def parameters(self) -> dict:
+        return {name: self.cleaned_data[name] for name in PARAMETER_LABELS if self.cleaned_data.get(name) is not None}
+
+    def config(self) -> dict:
+        """The version's fields, as the services take them."""
+        data = self.cleaned_data
+        return {
+            "model": data["model"],
+            "system_prompt": data["system_prompt"],
+            "tools": data["tools"],
+            "approval_tools": data["approval_tools"],
+            "parameters": self.parameters(),
+            "step_limit": data["step_limit"],
+        }
+
+
+class AgentCreateForm(AgentConfigForm):
+    name = forms.CharField(max_length=100, widget=forms.TextInput(attrs={"placeholder": "support-bot"}))
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+    field_order = ["name", "description", "model", "system_prompt", "tools", "approval_tools"]
+
+
+class RunStartForm(forms.Form):
+    """Start a run of an agent: the user's message, which version, and per-run overrides."""
+
+    input = forms.CharField(
+        label="Input",
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "What is 6 * 7?"}),
+        help_text="The user's message the run starts from.",
+    )
+    version = forms.TypedChoiceField(label="Version", coerce=int, required=False, empty_value=None)
+    temperature = _parameter_field("temperature", placeholder="as saved")
+    random_seed = _parameter_field("random_seed", placeholder="as saved")
+
+    def __init__(self, *args, versions=(), latest: int = 0, **kwargs):
+        kwargs.setdefault("auto_id", "run_%s")  # the page also holds the edit form's fields
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = [("", f"Latest (version {latest})")] + [
+            (number, f"Version {number}") for number in versions
+        ]
+
+    def clean_input(self) -> str:
+        return _unix_newlines(self.cleaned_data["input"])
+
+    def parameters(self) -> dict:
+        return {
+            name: self.cleaned_data[name]
+            for name in ("temperature", "random_seed")
+            if self.cleaned_data.get(name) is not None
+        }
+
+
+WEBHOOK_SCHEMA_EXAMPLE = """{
+  "type": "object",
+  "properties": {
+    "order_id": {"type": "string", "description": "The order to look up"}
+  },
+  "required": ["order_id"]
+}"""
+
+
+class WebhookToolForm(forms.Form):
+    name = forms.CharField(
+        max_length=64,
+        help_text="What the model calls it: letters, digits, _ or -, e.g. <code>lookup_order</code>.",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off"}),
+    )
+    url = forms.URLField(
+        label="URL",
+        max_length=500,
+        assume_scheme="https",
+        help_text="The platform POSTs each call here. Private and loopback addresses are refused.",
+        widget=forms.URLInput(attrs={"placeholder": "https://tools.example.com/lookup-order"}),
+    )
+    description = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Tells the model when to use the tool.",
+    )
+    parameters = forms.CharField(
+        label="Arguments (JSON schema)",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "class": "code-input"}),
+        initial=WEBHOOK_SCHEMA_EXAMPLE,
+        help_text='A JSON object schema (<code>"type": "object"</code>). Empty: the tool takes no arguments.',
+    )
+    timeout_seconds = forms.FloatField(
+        label="Timeout (seconds)",
+        initial=10.0,
+        widget=forms.NumberInput(attrs={"min": 0.5, "max": 60, "step": "any"}),
+    )
+
+    def clean_parameters(self) -> dict | None:
+        text = self.cleaned_data["parameters"].strip()
+        if not text:
+            return None
+        try:
+            schema = json.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"This is not valid JSON: {exc}.") from None
+        if not isinstance(schema, dict):
+            raise forms.ValidationError('The schema must be a JSON object, such as {"type": "object", ...}.')
+        return schema

@@ -4,6 +4,7 @@ by the tenant manager underneath)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -161,13 +162,20 @@ def message_list(*, run: Run) -> QuerySet[Message]:
 def transcript(*, run: Run) -> list[Message]:
     """The conversation as a person reads it: messages in order, where an LLM call's
     input messages that repeat the history already shown are left out."""
-    seen: set[tuple] = set()
+    shown: Counter[tuple] = Counter()
+    # Per LLM call, how often each message has come up among its inputs so far: its
+    # n-th "yes" repeats history only if n "yes" were shown already (a user may say
+    # the same thing twice).
+    in_call: Counter[tuple] = Counter()
     out: list[Message] = []
     for message in message_list(run=run):
         key = (message.role, repr(message.content), message.tool_call_id)
-        if ":in:" in message.message_id and key in seen:
-            continue
-        seen.add(key)
+        call, marker, _index = message.message_id.rpartition(":in:")
+        if marker:
+            in_call[(call, key)] += 1
+            if in_call[(call, key)] <= shown[key]:
+                continue
+        shown[key] += 1
         out.append(message)
     return out
 

@@ -1,8 +1,25 @@
 """Pages of runs, under /o/<org_slug>/p/<project_slug>/runs/ (see agentops/urls.py)."""
 
-from django.urls import path
+from django.urls import path, register_converter
 
-from runs.views import dashboard, run_detail, runs_list, sessions, settings
+from runs.views import agents, dashboard, run_detail, runs_list, sessions, settings
+
+
+class SessionIdConverter:
+    """A session id is the agent's own text: any characters, newlines included (the
+    ``path`` converter's ``.+`` stops at a newline, so such a session had no page).
+    Links encode it as one segment, see ``runs_format.session_url``."""
+
+    regex = r"[\s\S]+"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(SessionIdConverter, "session_id")
 
 app_name = "runs"
 run = "<int:run_id>"
@@ -13,7 +30,7 @@ urlpatterns = [
     path("dashboard/", dashboard.DashboardPage.as_view(), name="dashboard"),
     path("settings/", settings.IngestSettingsPage.as_view(), name="settings"),
     path("sessions/", sessions.SessionsPage.as_view(), name="sessions"),
-    path("sessions/<path:session_id>/", sessions.SessionDetailPage.as_view(), name="session"),
+    path("sessions/<session_id:session_id>/", sessions.SessionDetailPage.as_view(), name="session"),
     path(f"{run}/", run_detail.RunDetailPage.as_view(), name="detail"),
     path(f"{run}/live/", run_detail.RunLiveFragment.as_view(), name="detail_live"),
     path(f"{run}/steps/<int:step_id>/", run_detail.StepPanelFragment.as_view(), name="step"),
@@ -22,4 +39,11 @@ urlpatterns = [
         run_detail.ValueFragment.as_view(),
         name="value",
     ),
+    path(f"{run}/cancel/", agents.RunCancelAction.as_view(), name="cancel"),
+    path("agents/", agents.AgentsPage.as_view(), name="agents"),
+    path("agents/<int:agent_id>/", agents.AgentDetailPage.as_view(), name="agent"),
+    path("agents/<int:agent_id>/edit/", agents.AgentEditAction.as_view(), name="agent_edit"),
+    path("agents/<int:agent_id>/runs/", agents.AgentRunStartAction.as_view(), name="agent_run_start"),
+    path("agents/tools/", agents.WebhookToolsPage.as_view(), name="webhook_tools"),
+    path("agents/tools/<int:tool_id>/delete/", agents.WebhookToolDeleteAction.as_view(), name="webhook_tool_delete"),
 ]

@@ -22,8 +22,10 @@ from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
 from runs.selectors import SORTABLE
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
 
-# Sums of token counts are stored in 64-bit columns; one step may not claim more than this.
-MAX_TOKENS = 10**12
+# No model call has a billion tokens (the OTLP mapping ignores larger counts too). A
+# run's cost is numeric(18, 9), under a billion dollars: 200 steps of 10^12 tokens
+# overflowed it, and every later batch of that run failed with it.
+MAX_TOKENS = 100_000_000
 BIGINT_MAX = 2**63 - 1
 MAX_TAGS = 100
 

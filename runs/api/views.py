@@ -18,6 +18,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import F, Q
 from django.http import StreamingHttpResponse
 from django.utils.dateparse import parse_datetime
@@ -76,7 +77,12 @@ class KeysetCursorPagination(CreatedCursorPagination):
         # Walking back to the previous page is walking forward in the opposite order.
         down = self.descending != backwards
         if position is not None:
-            queryset = queryset.filter(self._beyond(position, down))
+            try:
+                queryset = queryset.filter(self._beyond(position, down))
+            except (ValueError, TypeError, ValidationError):
+                # A well-formed cursor whose values do not fit the columns (forged or
+                # edited): as unreadable as any other, not a server error.
+                raise CursorNotFound(self.invalid_cursor_message) from None
         order = (F(self.field).desc(), F(self.tie_breaker).desc()) if down else (F(self.field), F(self.tie_breaker))
         rows = list(queryset.order_by(*order)[: self.page_size + 1])
         more = len(rows) > self.page_size

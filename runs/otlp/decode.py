@@ -28,8 +28,9 @@ JSON = "application/json"
 READ_CHUNK_BYTES = 64 * 1024
 # Stands in for an id that is not hex in an OTLP/JSON body: one byte is never a valid
 # trace or span id, so the mapping rejects that span (partial success) instead of the
-# whole request failing.
-INVALID_ID = b"\x00"
+# whole request failing. Not zero: an all-zero parent id means "no parent", and a span
+# with an unreadable parent would have become a root.
+INVALID_ID = b"\xff"
 
 # google.rpc.Status codes (gRPC codes) for the HTTP statuses these endpoints answer with.
 GRPC_CODE_FOR_HTTP_STATUS = {

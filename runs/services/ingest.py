@@ -13,13 +13,14 @@ snapshot id), so re-sending the same data updates rows instead of duplicating th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import JSONField
+from django.db.models import JSONField, Q
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
@@ -210,7 +211,7 @@ def ingest(
         return result
     now = timezone.now()
     with transaction.atomic():
-        run_by_trace, created = _upsert_runs(project, trace_ids, runs, steps, redactor, now)
+        run_by_trace, created, waiting_children = _upsert_runs(project, trace_ids, runs, steps, redactor, now)
         result.runs_created = [run_by_trace[t].pk for t in created]
         result.runs_touched = sorted(run.pk for run in run_by_trace.values())
         result.steps = _upsert_steps(project, run_by_trace, steps, redactor, now)
@@ -218,7 +219,7 @@ def ingest(
         result.tool_calls = _upsert_tool_calls(project, run_by_trace, tool_calls, redactor, now)
         result.snapshots = _upsert_snapshots(project, run_by_trace, snapshots, redactor, now)
         _link_to_steps(result.runs_touched)
-        _link_parent_runs(project, result.runs_touched)
+        _link_parent_runs(project, result.runs_touched, waiting_children)
         recompute_run_totals(result.runs_touched)
         if announce:
             runs_changed = [{"id": pk, "new": pk in result.runs_created} for pk in result.runs_touched]
@@ -243,12 +244,28 @@ def _upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor
         unique_fields=["project", "trace_id"],
         update_fields=[],
     )
-    locked = Run.objects.select_for_update().filter(project=project, trace_id__in=trace_ids).order_by("id")
-    run_by_trace = {run.trace_id: run for run in locked}
+    # Also lock the sub-agent runs waiting for one of these runs as their parent: linking
+    # them writes to them, and a lock taken then, out of id order, could deadlock with a
+    # batch that holds that child and waits for one of ours. One statement in id order
+    # takes every lock a batch needs.
+    locked = (
+        Run.objects.select_for_update()
+        .filter(project=project)
+        .filter(Q(trace_id__in=trace_ids) | Q(parent_trace_id__in=trace_ids, parent_run__isnull=True))
+        .order_by("id")
+    )
+    batch_traces = set(trace_ids)
+    run_by_trace, waiting_children = {}, []
+    for run in locked:
+        if run.trace_id in batch_traces:
+            run_by_trace[run.trace_id] = run
+        else:
+            waiting_children.append(run.pk)
     # A run is new if nobody has written to it before this batch.
     created = [t for t, run in run_by_trace.items() if run.created_at == now and run.updated_at == now]
 
     changed: set[str] = set()
+    parent_trace_before = {trace_id: run.parent_trace_id for trace_id, run in run_by_trace.items()}
     # Hints of inner spans only fill gaps; the root span's hints win over them (a
     # sub-agent's span may arrive before the root); explicit run events win over both.
     ordered = sorted(step_events, key=lambda e: not e.parent_span_id)
@@ -282,15 +299,19 @@ def _upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor
             if name == "status":
                 run.status_explicit = True
                 changed.add("status_explicit")
-    for run in run_by_trace.values():
+    for trace_id, run in run_by_trace.items():
         run.updated_at = now
+        if run.parent_trace_id != parent_trace_before[trace_id] and run.parent_run_id is not None:
+            # Named another parent (or none): _link_parent_runs links it again.
+            run.parent_run_id = None
+            changed.add("parent_run")
     _copy_upsert(
         Run,
         list(run_by_trace.values()),
         unique_fields=["project", "trace_id"],
         update_fields=sorted(changed | {"updated_at"}),
     )
-    return run_by_trace, created
+    return run_by_trace, created, waiting_children
 
 
 def _upsert_steps(project, run_by_trace, events, redactor: Redactor, now) -> int:
@@ -342,13 +363,35 @@ def _upsert_steps(project, run_by_trace, events, redactor: Redactor, now) -> int
     return len(rows)
 
 
+# One encoder for every document: json.dumps() with any option builds a new one per call.
+_STRICT_JSON = json.JSONEncoder(allow_nan=False)
+
+
+def _jsonb_text(value: Any) -> str:
+    """``value`` as JSON that ``jsonb`` takes. Callers other than the OTLP mapping and
+    the batch API (which clean or refuse them) may hand over NaN, Infinity, NUL
+    characters or unpaired surrogates (a webhook tool's answer, say): jsonb refuses
+    them, and the whole batch would fail. They are cleaned as the OTLP mapping does."""
+    try:
+        text = _STRICT_JSON.encode(value)
+    except (ValueError, TypeError):
+        text = None
+    # Escaped: a NUL is \u0000; an unpaired surrogate, like every astral character, \udXXX.
+    if text is None or "\\u0000" in text or "\\ud" in text:
+        from runs.otlp.mapping import json_safe  # here: the mapping imports this module
+
+        text = _STRICT_JSON.encode(json_safe(value))
+    return text
+
+
 def _copy_upsert(model, rows: list, *, unique_fields: list[str], update_fields: list[str]) -> None:
     """Insert or update ``rows`` (dicts by attribute name, or model instances; with no
     ``update_fields``, existing rows are left alone) through
     COPY into a temporary table and one INSERT ... ON CONFLICT DO UPDATE: the fastest
     way PostgreSQL takes many rows of large JSON (about 3x bulk_create's, measured with
-    bench/ingest_otlp.py). Values go to psycopg as they are, JSON wrapped as Jsonb:
-    the builders above produce database-ready values."""
+    bench/ingest_otlp.py). Values go to psycopg as the builders above made them, JSON
+    wrapped as Jsonb; only what PostgreSQL would refuse (NUL characters, unpaired
+    surrogates, NaN) is cleaned on the way."""
     if not rows:
         return
     meta = model._meta
@@ -365,6 +408,19 @@ def _copy_upsert(model, rows: list, *, unique_fields: list[str], update_fields: 
         for column in (connection.ops.quote_name(meta.get_field(name).column) for name in update_fields)
     )
     on_conflict = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
+    from runs.otlp.mapping import clean_text  # here: the mapping imports this module
+
+    def storable(value: Any, is_json_column: bool) -> Any:
+        if value is None:
+            return None
+        if is_json_column:
+            return Jsonb(value, dumps=_jsonb_text)
+        if isinstance(value, str):
+            return clean_text(value)
+        if isinstance(value, list):  # an array of text
+            return [clean_text(item) if isinstance(item, str) else item for item in value]
+        return value
+
     with connection.cursor() as cursor:
         # One temporary table per connection, emptied before each use and at commit.
         cursor.execute(
@@ -377,10 +433,7 @@ def _copy_upsert(model, rows: list, *, unique_fields: list[str], update_fields: 
                 get = row.get if isinstance(row, dict) else (lambda name, default, obj=row: getattr(obj, name))
                 values = [get(name, defaults[name]) for name in attnames]
                 copy.write_row(
-                    [
-                        Jsonb(value) if json and value is not None else value
-                        for value, json in zip(values, is_json, strict=True)
-                    ]
+                    [storable(value, json_column) for value, json_column in zip(values, is_json, strict=True)]
                 )
         cursor.execute(
             f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {temp} "  # noqa: S608 - names are quoted constants
@@ -496,24 +549,27 @@ def _link_to_steps(run_ids: list[int]) -> None:
             )
 
 
-def _link_parent_runs(project, run_ids: list[int]) -> None:
-    """Tie sub-agent runs to their parent run by the parent's trace id, in either order."""
+def _link_parent_runs(project, run_ids: list[int], waiting_children: list[int]) -> None:
+    """Tie sub-agent runs to their parent run by the parent's trace id, in either order.
+    Only runs this batch has locked are written (``run_ids`` and the ``waiting_children``
+    of its runs): a child that appeared since is linked by its own batch, or by the next
+    one of its parent."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
             UPDATE runs_run AS child SET parent_run_id = parent.id
             FROM runs_run AS parent
-            WHERE child.project_id = %s AND child.parent_trace_id <> '' AND child.parent_run_id IS NULL
-              AND parent.project_id = child.project_id AND parent.trace_id = child.parent_trace_id
+            WHERE child.id = ANY(%s) AND child.parent_trace_id <> '' AND child.parent_run_id IS NULL
+              AND parent.project_id = %s AND parent.trace_id = child.parent_trace_id AND parent.id <> child.id
               AND (child.id = ANY(%s) OR parent.id = ANY(%s))
             """,
-            [project.pk, run_ids, run_ids],
+            [run_ids + waiting_children, project.pk, run_ids, run_ids],
         )
 
 
 def recompute_run_totals(run_ids: list[int]) -> None:
-    """Recompute totals, time span, status and search text of ``run_ids`` from their
-    steps, in one statement. Runs whose client stated a status keep it."""
+    """Recompute totals, time span, status, error and search text of ``run_ids`` from
+    their steps, in one statement. Runs whose client stated a status or an error keep it."""
     if not run_ids:
         return
     with connection.cursor() as cursor:
@@ -532,8 +588,10 @@ def recompute_run_totals(run_ids: list[int]) -> None:
                        coalesce(array_agg(DISTINCT model) FILTER (WHERE model <> ''), '{}') AS models_used,
                        min(started_at) AS first_start,
                        max(ended_at) AS last_end,
-                       bool_or(parent_span_id = '' AND ended_at IS NOT NULL AND status = 'error') AS root_failed,
-                       bool_or(parent_span_id = '' AND ended_at IS NOT NULL) AS root_ended,
+                       -- A root step has ended when it has an end time or a final status (a
+                       -- status is only known at the end, and scripts may send no times).
+                       bool_or(parent_span_id = '' AND status = 'error') AS root_failed,
+                       bool_or(parent_span_id = '' AND (ended_at IS NOT NULL OR status <> 'unset')) AS root_ended,
                        max(error) FILTER (WHERE parent_span_id = '' AND status = 'error') AS root_error
                 FROM runs_step WHERE run_id = ANY(%s) GROUP BY run_id
             )
@@ -555,8 +613,11 @@ def recompute_run_totals(run_ids: list[int]) -> None:
                     WHEN totals.root_failed THEN 'failed'
                     WHEN totals.root_ended THEN 'succeeded'
                     ELSE 'running' END,
-                error = CASE WHEN run.error = '' AND totals.root_failed THEN coalesce(totals.root_error, '')
-                             ELSE run.error END
+                -- Unless the client stated it, the error is the root step's as it is now: a
+                -- root re-sent as succeeded must not leave its old error on the run.
+                error = CASE WHEN 'error' = ANY(run.explicit_fields) THEN run.error
+                             WHEN totals.root_failed THEN coalesce(totals.root_error, '')
+                             ELSE '' END
             FROM totals WHERE run.id = totals.run_id
             """,
             [run_ids],
@@ -564,10 +625,15 @@ def recompute_run_totals(run_ids: list[int]) -> None:
         cursor.execute(
             """
             UPDATE runs_run SET
+                -- Never negative: a client clock stepping back can end a run before it starts.
                 latency_ms = CASE WHEN started_at IS NOT NULL AND ended_at IS NOT NULL
-                                  THEN (extract(epoch FROM ended_at - started_at) * 1000)::bigint END,
-                search = to_tsvector('simple', left(coalesce(name, '') || ' ' || coalesce(input::text, '') || ' '
-                                                    || coalesce(output::text, ''), 500000))
+                                  THEN GREATEST(extract(epoch FROM ended_at - started_at) * 1000, 0)::bigint END,
+                -- The payloads as JSON text, where a newline, a tab or a carriage return is
+                -- a backslash and a letter: as they are, "a\\nrefund" would index "nrefund".
+                search = to_tsvector('simple', replace(replace(replace(
+                    left(coalesce(name, '') || ' ' || coalesce(input::text, '') || ' ' || coalesce(output::text, ''),
+                         500000),
+                    '\\n', ' '), '\\t', ' '), '\\r', ' '))
             WHERE id = ANY(%s)
             """,
             [run_ids],

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
+from urllib.parse import quote
 
 from django import template
+from django.urls import reverse
 from django.utils.safestring import SafeString
 
 from runs.views import display
@@ -98,3 +100,12 @@ def payload(value: Any, url: str = "", limit: int = display.PREVIEW_CHARS) -> Sa
 def value_url(urls: dict, kind: str, object_id: int, field: str) -> str:
     """The URL of one stored value in full (``runs:value``), from the run's base URLs."""
     return f"{urls['values']}{kind}/{object_id}/{field}/"
+
+
+@register.simple_tag
+def session_url(organization, project, session_id: str) -> str:
+    """The page of one session (``runs:session``). The id is the agent's own text, so it
+    is encoded as a single path segment: with ``{% url %}`` a "/../" in it made the
+    link resolve to another page of the site, and a newline made the page fail (500)."""
+    sessions = reverse("runs:sessions", kwargs={"org_slug": organization.slug, "project_slug": project.slug})
+    return f"{sessions}{quote(session_id, safe='')}/"

@@ -4,6 +4,7 @@ Plotly (served from the installed ``plotly`` package, never a CDN) as JSON."""
 
 from __future__ import annotations
 
+import html
 from decimal import Decimal
 
 from agentops.pages import Need, ProjectPage
@@ -17,6 +18,13 @@ LATENCY_SAMPLE = 5000
 def _number(value) -> float:
     # Charts plot floats; the totals on the page are formatted from the Decimals.
     return float(value) if value is not None else 0.0
+
+
+def chart_label(text: str) -> str:
+    """An agent's text (a model name) as a chart label. Plotly draws labels as its own
+    subset of HTML (``<a href>``, ``<span style>``, ``<br>``) and decodes entities back
+    to characters, so escaping shows the name as sent instead of a link in the chart."""
+    return html.escape(text, quote=False)
 
 
 def chart_data(board: dict, latencies: list[int], start, end) -> dict:
@@ -34,7 +42,7 @@ def chart_data(board: dict, latencies: list[int], start, end) -> dict:
         "cost": [_number(row["cost"]) for row in series],
         "tokens_per_run": [round((row["tokens"] or 0) / row["runs"], 1) if row["runs"] else 0 for row in series],
         "cost_by_model": {
-            "models": [row["model"] for row in board["cost_by_model"]],
+            "models": [chart_label(row["model"]) for row in board["cost_by_model"]],
             "cost": [_number(row["cost"]) for row in board["cost_by_model"]],
             "calls": [row["calls"] for row in board["cost_by_model"]],
         },
