@@ -164,3 +164,31 @@ def demo_runs_seed(*, project) -> int:
         project=project, steps=steps, messages=messages, tool_calls=calls, snapshots=snapshots, announce=False
     )
     return len(result.runs_created)
+
+
+DEMO_AGENT = "Demo calculator (offline)"
+
+
+def demo_agent_seed(*, project, actor=None) -> int:
+    """An agent on the offline model (no key needed) and one executed run of it, so a
+    new user can read an executed run and start more from the agent's page."""
+    from runs.models import Agent
+    from runs.services.agents import agent_create
+    from runs.services.execute import run_execute, run_start
+
+    if Agent.objects.filter(project=project, name=DEMO_AGENT).exists():
+        return 0
+    agent = agent_create(
+        project=project,
+        actor=actor,
+        name=DEMO_AGENT,
+        model="offline",
+        description="Runs on the scripted offline model: no Mistral key needed.",
+        system_prompt="You are a careful calculator. Use the tools, then answer.",
+        tools=["calculator", "memory_set"],
+        step_limit=10,
+    )
+    run = run_start(project=project, agent=agent, actor=actor, input="What is (19 + 23) * 2?")
+    # Executed here rather than on a worker: the demo is seeded before the workers start.
+    run_execute(run_id=run.pk)
+    return 1
