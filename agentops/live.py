@@ -43,6 +43,21 @@ def announce(*, project=None, organization=None, event: str, html: str = "", dat
         logger.warning("could not announce %s to %s", event, group, exc_info=True)
 
 
+_redis_client = None
+
+
+def _redis():
+    """A synchronous client of the channel layer's Redis, kept for the process: asking
+    through the async layer would cost an event loop and a new connection per call."""
+    global _redis_client
+    if _redis_client is None:
+        import redis
+        from django.conf import settings
+
+        _redis_client = redis.Redis.from_url(settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0])
+    return _redis_client
+
+
 def has_listeners(*, project=None, organization=None) -> bool:
     """Whether any page of ``project`` (or ``organization``) is open right now, so a
     caller can skip rendering an update nobody would see (ingestion at full speed).
@@ -52,16 +67,10 @@ def has_listeners(*, project=None, organization=None) -> bool:
     version and tests/agentops/test_live.py hold in place. Answers True when unsure."""
     group = project_group(project.pk) if project is not None else organization_group(organization.pk)
     layer = get_channel_layer()
-    if not hasattr(layer, "_group_key"):
+    if not hasattr(layer, "_group_key") or len(getattr(layer, "hosts", [None])) != 1:
         return True
-
-    async def count() -> int:
-        key = layer._group_key(group)
-        connection = layer.connection(layer.consistent_hash(group))
-        return await connection.zcount(key, time.time() - layer.group_expiry, "+inf")
-
     try:
-        return async_to_sync(count)() > 0
+        return _redis().zcount(layer._group_key(group), time.time() - layer.group_expiry, "+inf") > 0
     except Exception:  # noqa: BLE001 - unsure means announce
         logger.warning("could not count the listeners of %s", group, exc_info=True)
         return True

@@ -2,7 +2,7 @@
 
 from django.urls import path, register_converter
 
-from runs.views import agents, dashboard, run_detail, runs_list, sessions, settings
+from runs.views import agents, approvals, dashboard, run_detail, runs_list, sessions, settings
 
 
 class SessionIdConverter:
@@ -46,4 +46,5 @@ urlpatterns = [
     path("agents/<int:agent_id>/runs/", agents.AgentRunStartAction.as_view(), name="agent_run_start"),
     path("agents/tools/", agents.WebhookToolsPage.as_view(), name="webhook_tools"),
     path("agents/tools/<int:tool_id>/delete/", agents.WebhookToolDeleteAction.as_view(), name="webhook_tool_delete"),
+    path(f"{run}/approvals/<int:approval_id>/", approvals.RunApprovalDecideAction.as_view(), name="approval_decide"),
 ]

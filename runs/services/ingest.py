@@ -384,6 +384,10 @@ def _jsonb_text(value: Any) -> str:
     return text
 
 
+# Up to this many rows, one multi-row INSERT; beyond, COPY through a temporary table.
+SMALL_UPSERT_ROWS = 20
+
+
 def _copy_upsert(model, rows: list, *, unique_fields: list[str], update_fields: list[str]) -> None:
     """Insert or update ``rows`` (dicts by attribute name, or model instances; with no
     ``update_fields``, existing rows are left alone) through
@@ -421,7 +425,24 @@ def _copy_upsert(model, rows: list, *, unique_fields: list[str], update_fields: 
             return [clean_text(item) if isinstance(item, str) else item for item in value]
         return value
 
+    def values_of(row) -> list:
+        get = row.get if isinstance(row, dict) else (lambda name, default, obj=row: getattr(obj, name))
+        return [
+            storable(get(name, defaults[name]), json_column)
+            for name, json_column in zip(attnames, is_json, strict=True)
+        ]
+
     with connection.cursor() as cursor:
+        if len(rows) <= SMALL_UPSERT_ROWS:
+            # A few rows (the executor's steps): one INSERT ... VALUES beats the four
+            # statements of the COPY path.
+            placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
+            cursor.execute(
+                f"INSERT INTO {table} ({columns}) VALUES {', '.join([placeholders] * len(rows))} "  # noqa: S608
+                f"ON CONFLICT ({conflict}) {on_conflict}",
+                [value for row in rows for value in values_of(row)],
+            )
+            return
         # One temporary table per connection, emptied before each use and at commit.
         cursor.execute(
             f"CREATE TEMP TABLE IF NOT EXISTS {temp} ON COMMIT DELETE ROWS AS "  # noqa: S608 - quoted constants
@@ -430,11 +451,7 @@ def _copy_upsert(model, rows: list, *, unique_fields: list[str], update_fields: 
         cursor.execute(f"TRUNCATE {temp}")
         with cursor.cursor.copy(f"COPY {temp} ({columns}) FROM STDIN") as copy:
             for row in rows:
-                get = row.get if isinstance(row, dict) else (lambda name, default, obj=row: getattr(obj, name))
-                values = [get(name, defaults[name]) for name in attnames]
-                copy.write_row(
-                    [storable(value, json_column) for value, json_column in zip(values, is_json, strict=True)]
-                )
+                copy.write_row(values_of(row))
         cursor.execute(
             f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {temp} "  # noqa: S608 - names are quoted constants
             f"ON CONFLICT ({conflict}) {on_conflict}"

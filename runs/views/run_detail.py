@@ -9,6 +9,7 @@ one for the messages, ...), and payloads are drawn only up to a budget
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from agentops.pages import Need, ProjectPage
 from runs import selectors
-from runs.models import Run, Step
+from runs.models import Approval, Run, Step
 from runs.views import display, run_tabs
 from runs.views.run_tabs import STEP_PAYLOADS, chat, memory_entries, run_family, trace_rows
 
@@ -75,7 +76,13 @@ class RunPageMixin:
         parent = None
         if run.parent_run_id:
             parent = selectors.run_list(project=self.project).filter(pk=run.parent_run_id).first()
-        return {"run": run, "elapsed_ms": elapsed_ms, "parent": parent, "urls": self.urls(run)}
+        return {
+            "run": run,
+            "elapsed_ms": elapsed_ms,
+            "parent": parent,
+            "urls": self.urls(run),
+            "approvals": run_approvals(run),
+        }
 
     def tab_context(self, run: Run, tab: str, now: datetime) -> dict[str, Any]:
         if tab == "trace":
@@ -95,6 +102,17 @@ class RunPageMixin:
             return {"tool_calls": calls, "limit": limit if len(calls) == limit else None}
         entries, total = memory_entries(run=run)
         return {"memory": entries, "memory_total": total}
+
+
+def run_approvals(run: Run) -> list[Approval]:
+    """The run's approvals for its header (one query; only runs the platform executed have
+    any), each with ``arguments_text``: its arguments as indented JSON, to edit."""
+    if not run.executed_version_id:
+        return []
+    approvals = list(Approval.objects.filter(run=run).select_related("decided_by"))
+    for approval in approvals:
+        approval.arguments_text = json.dumps(approval.arguments, indent=2, ensure_ascii=False)
+    return approvals
 
 
 def tabs(run: Run) -> list[tuple[str, str, int]]:
