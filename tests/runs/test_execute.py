@@ -21,6 +21,17 @@ def _start(tenant, django_capture_on_commit_callbacks=None, **agent_fields):
     return run_start(project=tenant.project, agent=agent, actor=tenant.member, input="What is (6 * 7) + 0?")
 
 
+def _use_fake_mistral(tenant, fake_mistral):
+    """The organization's Mistral key, with the local Mistral-speaking server as base URL."""
+    provider_secret_set(
+        organization=tenant.organization,
+        actor=None,
+        provider="mistral",
+        api_key="sk-test-key-123456",
+        base_url=fake_mistral.url,
+    )
+
+
 def test_offline_agent_runs_the_tool_loop_end_to_end(tenant):
     with organization_scope(tenant.organization):
         run = _start(tenant, tools=["calculator", "memory_set"])
@@ -52,13 +63,7 @@ def test_mistral_run_through_the_real_sdk(tenant, fake_mistral):
     )
     fake_mistral.reply(completion(content="The answer is 42.", prompt_tokens=0, completion_tokens=1_000_000))
     with organization_scope(tenant.organization):
-        provider_secret_set(
-            organization=tenant.organization,
-            actor=None,
-            provider="mistral",
-            api_key="sk-test-key-123456",
-            base_url=fake_mistral.url,
-        )
+        _use_fake_mistral(tenant, fake_mistral)
         run = _start(
             tenant,
             model="mistral-large-latest",
@@ -83,13 +88,7 @@ def test_rate_limit_is_retried_honouring_retry_after(tenant, fake_mistral):
     fake_mistral.reply({"message": "slow down"}, status=429, headers={"Retry-After": "1"})
     fake_mistral.reply(completion(content="done"))
     with organization_scope(tenant.organization):
-        provider_secret_set(
-            organization=tenant.organization,
-            actor=None,
-            provider="mistral",
-            api_key="sk-test-key-123456",
-            base_url=fake_mistral.url,
-        )
+        _use_fake_mistral(tenant, fake_mistral)
         run = _start(tenant, model="mistral-small-latest", tools=[])
         started = time.monotonic()
         run_execute(run_id=run.pk)
@@ -102,13 +101,7 @@ def test_provider_failure_fails_the_run_with_the_failing_step(tenant, fake_mistr
     for _ in range(20):
         fake_mistral.reply({"message": "bad request"}, status=400)
     with organization_scope(tenant.organization):
-        provider_secret_set(
-            organization=tenant.organization,
-            actor=None,
-            provider="mistral",
-            api_key="sk-test-key-123456",
-            base_url=fake_mistral.url,
-        )
+        _use_fake_mistral(tenant, fake_mistral)
         run = _start(tenant, model="mistral-small-latest")
         run_execute(run_id=run.pk)
         run.refresh_from_db()
@@ -168,13 +161,7 @@ def test_repeated_action_gets_a_warning_then_stops_the_run(tenant, fake_mistral)
     for _ in range(6):
         fake_mistral.reply(completion(tool_calls=[("c", "calculator", {"expression": "1+1"})]))
     with organization_scope(tenant.organization):
-        provider_secret_set(
-            organization=tenant.organization,
-            actor=None,
-            provider="mistral",
-            api_key="sk-test-key-123456",
-            base_url=fake_mistral.url,
-        )
+        _use_fake_mistral(tenant, fake_mistral)
         run = _start(tenant, model="mistral-small-latest")
         run_execute(run_id=run.pk)
         run.refresh_from_db()
@@ -195,13 +182,7 @@ def test_run_whose_worker_died_resumes_without_repeating_a_paid_call(tenant, fak
     fake_mistral.reply(completion(tool_calls=[("c1", "calculator", {"expression": "6*7"})]))
     fake_mistral.reply(completion(content="42"))
     with organization_scope(tenant.organization):
-        provider_secret_set(
-            organization=tenant.organization,
-            actor=None,
-            provider="mistral",
-            api_key="sk-test-key-123456",
-            base_url=fake_mistral.url,
-        )
+        _use_fake_mistral(tenant, fake_mistral)
         run = _start(tenant, model="mistral-small-latest")
 
         def die(*args, **kwargs):
@@ -229,13 +210,7 @@ def test_long_conversation_is_compacted_and_the_compaction_recorded(tenant, fake
         fake_mistral.reply(completion(tool_calls=[(f"c{n}", "calculator", {"expression": f"{n} + {n} * 1000"})]))
     fake_mistral.reply(completion(content="All done."))
     with organization_scope(tenant.organization):
-        provider_secret_set(
-            organization=tenant.organization,
-            actor=None,
-            provider="mistral",
-            api_key="sk-test-key-123456",
-            base_url=fake_mistral.url,
-        )
+        _use_fake_mistral(tenant, fake_mistral)
         run = _start(tenant, model="mistral-small-latest", system_prompt="You are a careful calculator. " * 5)
         run_execute(run_id=run.pk)
         run.refresh_from_db()
