@@ -95,6 +95,11 @@ _check_fernet_keys(ENCRYPTION_KEYS)
 # subdomains too). Empty: the tool refuses every URL.
 HTTP_FETCH_ALLOWED_HOSTS = env_list("HTTP_FETCH_ALLOWED_HOSTS")
 
+# Model calls of executed runs: the time limit of one call, and how long the SDK keeps
+# retrying 429/5xx/connection errors (exponential backoff, honouring Retry-After).
+LLM_CALL_TIMEOUT_SECONDS = env_int("LLM_CALL_TIMEOUT_SECONDS", 120)
+LLM_RETRY_MAX_SECONDS = env_int("LLM_RETRY_MAX_SECONDS", 60)
+
 # How long a tool call waiting for a person's approval waits before it expires.
 APPROVAL_TIMEOUT_MINUTES = env_int("APPROVAL_TIMEOUT_MINUTES", 60)
 

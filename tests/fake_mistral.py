@@ -44,19 +44,19 @@ def completion(content="", tool_calls=None, model="mistral-large-latest", prompt
 
 class FakeMistral:
     def __init__(self):
-        self.script: list[tuple[int, dict, dict]] = []  # (status, body, headers)
+        self.script: list[tuple[int, dict, dict, float]] = []  # (status, body, headers, delay in seconds)
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         # Answer to the executor's summarising calls (context compaction), outside the script.
         self.summary = "The user asked for several calculations; all were done."
 
-    def reply(self, body: dict, status: int = 200, headers: dict | None = None) -> None:
-        self.script.append((status, body, headers or {}))
+    def reply(self, body: dict, status: int = 200, headers: dict | None = None, delay: float = 0.0) -> None:
+        self.script.append((status, body, headers or {}, delay))
 
     def next(self):
         with self.lock:
             if not self.script:
-                return 500, {"message": "the test scripted no more answers"}, {}
+                return 500, {"message": "the test scripted no more answers"}, {}, 0.0
             return self.script.pop(0)
 
 
@@ -70,9 +70,10 @@ def fake_mistral():
             state.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
             first = (body.get("messages") or [{}])[0].get("content") or ""
             if isinstance(first, str) and first.startswith("Summarise this part"):
-                status, payload, headers = 200, completion(content=state.summary), {}
+                status, payload, headers, delay = 200, completion(content=state.summary), {}, 0.0
             else:
-                status, payload, headers = state.next()
+                status, payload, headers, delay = state.next()
+            time.sleep(delay)
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+
 from agentops.errors import InvalidRequest
 from agentops.llm.base import ChatProvider
 from agentops.llm.mistral import MistralProvider
@@ -19,4 +21,6 @@ def provider_for(*, organization, model: str) -> ChatProvider:
             "no Mistral API key is configured for this organization: add one under Secrets, or use the offline model"
         )
     api_key, base_url = credentials
-    return MistralProvider(api_key=api_key, base_url=base_url)
+    return MistralProvider(
+        api_key=api_key, base_url=base_url, retry_max_elapsed_ms=settings.LLM_RETRY_MAX_SECONDS * 1000
+    )

@@ -17,6 +17,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -32,10 +33,10 @@ from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent,
 from runs.tools.base import ToolContext, ToolError
 from runs.tools.registry import tools_for
 
-LLM_CALL_TIMEOUT_MS = 120_000
 ROOT_SPAN = "root"
 # A worker beats after every step; a running run silent for longer than this lost its worker.
-STALL_AFTER = timedelta(seconds=LLM_CALL_TIMEOUT_MS / 1000 + 180)
+# (a model call may take LLM_CALL_TIMEOUT_SECONDS, its retries LLM_RETRY_MAX_SECONDS more).
+STALL_AFTER = timedelta(minutes=5)
 # The same tool with the same arguments this many times in a row gets a corrective
 # message; once more after it and the run stops.
 REPEAT_LIMIT = 3
@@ -288,7 +289,7 @@ def run_execute(*, run_id: int) -> None:
                 messages=state["conversation"],
                 tools=definitions,
                 parameters=parameters,
-                timeout_ms=LLM_CALL_TIMEOUT_MS,
+                timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
             )
         except ProviderError as exc:
             ingest(
@@ -386,7 +387,11 @@ def _compact(run: Run, state: dict, provider, version: AgentVersion, parameters:
     ]
     try:
         result = provider.chat(
-            model=version.model, messages=request, tools=[], parameters=parameters, timeout_ms=LLM_CALL_TIMEOUT_MS
+            model=version.model,
+            messages=request,
+            tools=[],
+            parameters=parameters,
+            timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
         )
         summary = result.content.strip() or "(empty summary)"
     except ProviderError as exc:

@@ -229,3 +229,27 @@ def test_long_conversation_is_compacted_and_the_compaction_recorded(tenant, fake
     assert any("Summary of the earlier conversation: The user asked" in (m.get("content") or "") for m in last)
     # Uncompacted, the last request would hold system + user + 6 x (tool call, tool result) = 14.
     assert len(last) < 14
+
+
+def test_server_error_is_retried_then_the_run_goes_on(tenant, fake_mistral):
+    fake_mistral.reply({"message": "overloaded"}, status=503)
+    fake_mistral.reply(completion(content="fine now"))
+    with organization_scope(tenant.organization):
+        _use_fake_mistral(tenant, fake_mistral)
+        run = _start(tenant, model="mistral-small-latest", tools=[])
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+    assert run.status == "succeeded" and run.output == "fine now" and len(fake_mistral.requests) == 2
+
+
+def test_a_model_call_that_is_too_slow_fails_the_run(tenant, fake_mistral, settings):
+    settings.LLM_CALL_TIMEOUT_SECONDS = 1
+    settings.LLM_RETRY_MAX_SECONDS = 1
+    for _ in range(3):
+        fake_mistral.reply(completion(content="too late"), delay=3)
+    with organization_scope(tenant.organization):
+        _use_fake_mistral(tenant, fake_mistral)
+        run = _start(tenant, model="mistral-small-latest", tools=[])
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+    assert run.status == "failed" and run.error.startswith("step 1: calling Mistral failed")
