@@ -1,0 +1,135 @@
+"""Benchmark: time from a step being stored to an open page's WebSocket receiving it.
+
+A page of the project is connected through the real ASGI WebSocket stack (Channels
+consumer, Redis channel layer on a private embedded Redis, production settings); steps are
+stored one at a time through the write path (`runs.services.ingest.ingest`, as the
+executor and the ingestion endpoints do) from a worker thread; for each, the time from
+the moment the transaction committed to the moment the page's socket received the update
+is recorded. Prints p50/p95 against the goal (p95 < 200 ms).
+
+    .venv/bin/python bench/live_latency.py [--steps 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args()
+    data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
+    os.environ.update(
+        {
+            "DATA_DIR": data_dir,
+            "DEBUG": "false",
+            "SECRET_KEY": "bench-" + "x" * 60,
+            "ENCRYPTION_KEYS": "Y29sbGVjdHN0YXRpYy1vbmx5LW5vdC1zZWNyZXQhISE=",
+            "SECURE_SSL_REDIRECT": "false",
+            "DJANGO_SETTINGS_MODULE": "agentops.settings",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    os.environ.pop("DATABASE_URL", None)
+    os.environ.pop("REDIS_URL", None)
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        asyncio.run(measure(args.steps))
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def setup():
+    from agentops.scoping import organization_scope
+    from agentops.services.organizations import organization_create, project_create
+    from agentops.services.users import user_get_or_create_verified
+
+    user, _ = user_get_or_create_verified(email="bench@example.com")
+    organization = organization_create(name="Bench", slug="bench", owner=user)
+    with organization_scope(organization):
+        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
+    return user, project
+
+
+def store(project, n: int) -> float:
+    """Store one step of a running run; return the moment it committed (perf_counter):
+    a commit hook registered before ingest's own runs first, before the update is
+    rendered and published."""
+    from django.db import transaction
+
+    from agentops.scoping import organization_scope
+    from runs.services.ingest import StepEvent, ingest
+
+    committed: list[float] = []
+    with organization_scope(project.organization), transaction.atomic():
+        transaction.on_commit(lambda: committed.append(time.perf_counter()))
+        ingest(
+            project=project,
+            steps=[
+                StepEvent(
+                    trace_id="live-bench",
+                    span_id=f"step-{n}",
+                    parent_span_id="root",
+                    kind="tool",
+                    name=f"step {n}",
+                    started_at=datetime.now(UTC),
+                    ended_at=datetime.now(UTC),
+                    status="ok",
+                )
+            ],
+        )
+    return committed[0]
+
+
+async def measure(steps: int) -> None:
+    from asgiref.sync import sync_to_async
+    from channels.routing import URLRouter
+    from channels.testing import WebsocketCommunicator
+    from django.db import connections
+
+    from agentops.routing import websocket_urlpatterns
+
+    user, project = await sync_to_async(setup)()
+    await sync_to_async(store)(project, 0)
+    page = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/o/bench/p/{project.slug}/")
+    page.scope["user"] = user
+    connected, _ = await page.connect()
+    assert connected, "the page could not connect"
+    latencies = []
+    for n in range(1, steps + 1):
+        committed = await asyncio.to_thread(store, project, n)
+        await page.receive_from(timeout=5)
+        latencies.append((time.perf_counter() - committed) * 1000)
+        while not await page.receive_nothing(timeout=0.01):  # a batch may send two messages
+            await page.receive_from(timeout=1)
+    await page.disconnect()
+    await sync_to_async(connections.close_all)()
+    ordered = sorted(latencies)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    print(f"{steps} steps stored one at a time while a page of the project was open")
+    print(
+        f"stored -> received on the page's WebSocket: p50 {statistics.median(latencies):.1f} ms, "
+        f"p95 {p95:.1f} ms (goal p95 < 200 ms)"
+    )
+
+
+if __name__ == "__main__":
+    main()
