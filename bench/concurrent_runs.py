@@ -1,0 +1,216 @@
+"""Benchmark: 50 concurrent executed runs on 2 Celery worker processes.
+
+A local Mistral-speaking server answers each call after --latency seconds (a tool call
+for the first --steps calls of a run, then a final answer). Two `celery worker`
+processes (thread pool, --threads each) on a private embedded PostgreSQL and Redis
+execute --runs runs started at once through the real start path. Prints the wall time,
+and checks that every run succeeded with every step, tool call and message stored.
+
+    .venv/bin/python bench/concurrent_runs.py [--runs 50] [--steps 3] [--latency 0.2] [--threads 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def serve(steps: int, latency: float) -> str:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            time.sleep(latency)
+            done = sum(1 for m in body["messages"] if m.get("role") == "tool")
+            if done < steps:
+                message = {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": f"c{done}",
+                            "type": "function",
+                            "index": 0,
+                            "function": {"name": "calculator", "arguments": json.dumps({"expression": f"{done} + 1"})},
+                        }
+                    ],
+                }
+                finish = "tool_calls"
+            else:
+                message, finish = {"role": "assistant", "content": "done"}, "stop"
+            data = json.dumps(
+                {
+                    "id": "b",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": "mistral-small-latest",
+                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+                    "usage": {"prompt_tokens": 300, "completion_tokens": 20, "total_tokens": 320},
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=3, help="tool-calling steps per run")
+    parser.add_argument("--latency", type=float, default=0.2, help="seconds the model server takes per call")
+    parser.add_argument("--threads", type=int, default=25, help="threads per worker process")
+    args = parser.parse_args()
+    data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
+    env = {
+        **os.environ,
+        "DATA_DIR": data_dir,
+        "DEBUG": "false",
+        "SECRET_KEY": "bench-" + "x" * 60,
+        "ENCRYPTION_KEYS": "Y29sbGVjdHN0YXRpYy1vbmx5LW5vdC1zZWNyZXQhISE=",
+        "SECURE_SSL_REDIRECT": "false",
+        "ALLOW_PRIVATE_PROVIDER_URLS": "true",
+        "DJANGO_SETTINGS_MODULE": "agentops.settings",
+        "LOG_LEVEL": "WARNING",
+    }
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    os.environ.clear()
+    os.environ.update(env)
+    workers = []
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        project, agent, user = prepare(serve(args.steps, args.latency))
+        for n in range(2):
+            workers.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "agentops",
+                        "worker",
+                        "--pool",
+                        "threads",
+                        "--concurrency",
+                        str(args.threads),
+                        "--loglevel",
+                        "WARNING",
+                        "-n",
+                        f"bench{n}@%h",
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                )
+            )
+        wait_for_workers(2)
+        run_ids, started = start_runs(project, agent, user, args.runs)
+        check(project, run_ids, started, args)
+    finally:
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.wait(timeout=60)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def prepare(url: str):
+    from agentops.scoping import organization_scope
+    from agentops.services.organizations import organization_create, project_create
+    from agentops.services.secrets import provider_secret_set
+    from agentops.services.users import user_get_or_create_verified
+    from runs.services.agents import agent_create
+
+    user, _ = user_get_or_create_verified(email="bench@example.com")
+    organization = organization_create(name="Bench", slug="bench", owner=user)
+    with organization_scope(organization):
+        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
+        provider_secret_set(
+            organization=organization, actor=user, provider="mistral", api_key="bench-key-123456", base_url=url
+        )
+        agent = agent_create(
+            project=project, actor=user, name="bench", model="mistral-small-latest", tools=["calculator"], step_limit=20
+        )
+    return project, agent, user
+
+
+def wait_for_workers(count: int) -> None:
+    from agentops.celery import app
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if len(app.control.ping(timeout=1.0) or []) >= count:
+            return
+    raise RuntimeError("the workers did not start")
+
+
+def start_runs(project, agent, user, runs: int):
+    from agentops.scoping import organization_scope
+    from runs.services.execute import run_start
+
+    started = time.perf_counter()
+    with organization_scope(project.organization):
+        ids = [run_start(project=project, agent=agent, actor=user, input=f"task {n}").pk for n in range(runs)]
+    return ids, started
+
+
+def check(project, run_ids, started, args) -> None:
+    from agentops.scoping import organization_scope
+    from runs.models import Message, Run, Step, ToolCall
+
+    with organization_scope(project.organization):
+        while True:
+            statuses = list(Run.objects.filter(pk__in=run_ids).values_list("status", flat=True))
+            if all(status in ("succeeded", "failed", "cancelled") for status in statuses):
+                break
+            time.sleep(0.2)
+        wall = time.perf_counter() - started
+        succeeded = statuses.count("succeeded")
+        steps = Step.objects.filter(run_id__in=run_ids).count()
+        calls = ToolCall.objects.filter(run_id__in=run_ids).count()
+        messages = Message.objects.filter(run_id__in=run_ids).count()
+    runs = len(run_ids)
+    # Per run: the root, steps+1 llm steps, steps tool steps; user + (steps+1) assistant + steps tool messages.
+    expected_steps = runs * (1 + (args.steps + 1) + args.steps)
+    expected_messages = runs * (1 + (args.steps + 1) + args.steps)
+    print(
+        f"{runs} runs started at once, {args.steps + 1} model calls of {args.latency:g} s each per run, "
+        f"2 worker processes x {args.threads} threads"
+    )
+    print(
+        f"all finished in {wall:.1f} s; succeeded {succeeded}/{runs}; steps stored {steps}/{expected_steps}, "
+        f"tool calls {calls}/{runs * args.steps}, messages {messages}/{expected_messages}"
+    )
+    ok = succeeded == runs and steps == expected_steps and calls == runs * args.steps and messages == expected_messages
+    print("every step stored" if ok else "MISSING DATA")
+
+
+if __name__ == "__main__":
+    main()
