@@ -252,6 +252,13 @@ class EmbeddedRedis:
                 client.shutdown(nosave=False)
             except redis.exceptions.ConnectionError:
                 pass  # Shutdown closes the connection under us; that is success.
+            except redis.exceptions.ResponseError:
+                # It could not save (its folder is gone): a server that refuses to stop
+                # would outlive everything, so stop it without saving.
+                try:
+                    client.shutdown(nosave=True)
+                except redis.exceptions.ConnectionError:
+                    pass
             self.state_path.unlink(missing_ok=True)
 
 
@@ -272,6 +279,16 @@ def redis_url(data_dir: Path) -> str:
     if key not in _acquired:
         _acquired[key] = EmbeddedRedis(data_dir / "redis").acquire()
     return _acquired[key]  # type: ignore[return-value]
+
+
+def release_all() -> None:
+    """Count this process out of every embedded server it uses now, rather than at exit
+    (for scripts that delete their DATA_DIR afterwards)."""
+    for key in list(_acquired):
+        kind, _, data_dir = key.partition(":")
+        folder = Path(data_dir) / kind
+        (EmbeddedPostgres(folder) if kind == "postgres" else EmbeddedRedis(folder)).release()
+        del _acquired[key]
 
 
 def fail(message: str) -> None:

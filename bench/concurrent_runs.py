@@ -138,6 +138,12 @@ def main() -> None:
             worker.terminate()
         for worker in workers:
             worker.wait(timeout=60)
+        from django.db import connections
+
+        from agentops.embedded import release_all
+
+        connections.close_all()
+        release_all()  # stop the private servers before their folder goes
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

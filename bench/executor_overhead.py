@@ -100,6 +100,12 @@ def main() -> None:
         django.setup()
         run(args)
     finally:
+        from django.db import connections
+
+        from agentops.embedded import release_all
+
+        connections.close_all()
+        release_all()  # stop the private servers before their folder goes
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -268,8 +269,10 @@ def main() -> None:
     finally:
         for process in (server, holder):
             if process is not None:
-                process.terminate()
-                process.wait(timeout=30)
+                # SIGINT, not SIGTERM: Python then runs its exit hooks, and the last
+                # process using the embedded servers stops them.
+                process.send_signal(signal.SIGINT)
+                process.wait(timeout=60)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

@@ -54,6 +54,12 @@ def main() -> None:
         call_command("migrate", verbosity=0)
         asyncio.run(measure(args.steps))
     finally:
+        from django.db import connections
+
+        from agentops.embedded import release_all
+
+        connections.close_all()
+        release_all()  # stop the private servers before their folder goes
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

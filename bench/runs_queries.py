@@ -287,6 +287,12 @@ def main() -> None:
         setup_django(data_dir)
         run(args)
     finally:
+        from django.db import connections
+
+        from agentops.embedded import release_all
+
+        connections.close_all()
+        release_all()  # stop the private servers before their folder goes
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

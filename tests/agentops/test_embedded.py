@@ -60,3 +60,19 @@ def test_embedded_postgres_is_real_and_stops_when_its_last_user_leaves(tmp_path)
     postmaster_pid = int((tmp_path / "postgres" / "pgdata" / "postmaster.pid").read_text().split()[0])
     server.release()
     _wait_gone(postmaster_pid)
+
+
+def test_embedded_redis_stops_even_when_its_folder_is_gone(tmp_path):
+    import shutil
+
+    folder = tmp_path / "redis"
+    server = EmbeddedRedis(folder)
+    server.acquire()
+    pid = server._state()["pid"]
+    state, registry = server.state_path.read_text(), server.registry.path.read_text()
+    shutil.rmtree(folder)  # a script deleted its data folder first: saving is impossible
+    folder.mkdir()
+    server.state_path.write_text(state)
+    server.registry.path.write_text(registry)
+    server.release()
+    _wait_gone(pid)
