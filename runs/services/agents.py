@@ -27,7 +27,7 @@ TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 MAX_STEP_LIMIT = 500
 
 
-def _clean_parameters(parameters: dict[str, Any] | None) -> dict[str, Any]:
+def clean_parameters(parameters: dict[str, Any] | None) -> dict[str, Any]:
     cleaned = {}
     for name, value in (parameters or {}).items():
         if name not in PARAMETER_RANGES:
@@ -67,7 +67,7 @@ def _version_fields(*, project, model, system_prompt, tools, approval_tools, par
         "system_prompt": system_prompt or "",
         "tools": tools,
         "approval_tools": approval_tools,
-        "parameters": _clean_parameters(parameters),
+        "parameters": clean_parameters(parameters),
         "step_limit": step_limit,
     }
 

@@ -28,6 +28,7 @@ from agentops.llm.context import context_window, estimate_tokens
 from agentops.llm.providers import provider_for
 from agentops.services.audit import audit_record
 from runs.models import Agent, AgentVersion, Approval, Run
+from runs.services.agents import clean_parameters
 from runs.services.approvals import approval_request
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.tools.base import ToolContext, ToolError
@@ -65,9 +66,7 @@ def run_start(
         raise InvalidRequest(f"agent {agent.name!r} has no version {number}")
     if input in (None, ""):
         raise InvalidRequest("give the run an input (the user's message)")
-    from runs.services.agents import _clean_parameters
-
-    overrides = _clean_parameters(parameters)
+    overrides = clean_parameters(parameters)
     now = timezone.now()
     trace_id = f"exec-{uuid.uuid4().hex}"
     with transaction.atomic():
@@ -151,6 +150,49 @@ def _root_step(run: Run, *, status: str = "", error: str = "", output: Any = Non
         error=error,
         input=run.input,
         output=output,
+    )
+
+
+def _llm_step(
+    run: Run,
+    span_id: str,
+    name: str,
+    parent: str,
+    provider,
+    version: AgentVersion,
+    started: datetime,
+    *,
+    input: Any,
+    result=None,
+    error: str = "",
+    output: Any = None,
+) -> StepEvent:
+    """The ``llm`` step of one model call: its result (usage, response), or its error."""
+    fields: dict[str, Any] = {}
+    if result is not None:
+        fields = {
+            "model": result.model if version.model != "offline" else "offline",
+            "input_tokens": result.input_tokens,
+            "cached_input_tokens": result.cached_input_tokens,
+            "output_tokens": result.output_tokens,
+            "output": output
+            if output is not None
+            else result.raw or {"content": result.content, "tool_calls": result.tool_calls},
+            "attributes": {"finish_reason": result.finish_reason},
+        }
+    return StepEvent(
+        trace_id=run.trace_id,
+        span_id=span_id,
+        parent_span_id=parent,
+        kind="llm",
+        name=name,
+        started_at=started,
+        ended_at=timezone.now(),
+        status="error" if error else "ok",
+        error=error,
+        provider=getattr(provider, "name", ""),
+        input=input,
+        **{"model": version.model, **fields},
     )
 
 
@@ -295,19 +337,16 @@ def run_execute(*, run_id: int) -> None:
             ingest(
                 project=project,
                 steps=[
-                    StepEvent(
-                        trace_id=run.trace_id,
-                        span_id=f"llm-{step}",
-                        parent_span_id=ROOT_SPAN,
-                        kind="llm",
-                        name=f"chat {version.model}",
-                        started_at=started,
-                        ended_at=timezone.now(),
-                        status="error",
-                        error=str(exc),
-                        model=version.model,
-                        provider=getattr(provider, "name", ""),
+                    _llm_step(
+                        run,
+                        f"llm-{step}",
+                        f"chat {version.model}",
+                        ROOT_SPAN,
+                        provider,
+                        version,
+                        started,
                         input={"messages": state["conversation"]},
+                        error=str(exc),
                     )
                 ],
             )
@@ -317,23 +356,16 @@ def run_execute(*, run_id: int) -> None:
         ingest(
             project=project,
             steps=[
-                StepEvent(
-                    trace_id=run.trace_id,
-                    span_id=f"llm-{step}",
-                    parent_span_id=ROOT_SPAN,
-                    kind="llm",
-                    name=f"chat {version.model}",
-                    started_at=started,
-                    ended_at=timezone.now(),
-                    status="ok",
-                    model=result.model if version.model != "offline" else "offline",
-                    provider=getattr(provider, "name", ""),
-                    input_tokens=result.input_tokens,
-                    cached_input_tokens=result.cached_input_tokens,
-                    output_tokens=result.output_tokens,
+                _llm_step(
+                    run,
+                    f"llm-{step}",
+                    f"chat {version.model}",
+                    ROOT_SPAN,
+                    provider,
+                    version,
+                    started,
                     input={"messages": state["conversation"], "parameters": parameters},
-                    output=result.raw or {"content": result.content, "tool_calls": result.tool_calls},
-                    attributes={"finish_reason": result.finish_reason},
+                    result=result,
                 )
             ],
             messages=[
@@ -424,20 +456,16 @@ def _compact(run: Run, state: dict, provider, version: AgentVersion, parameters:
     ]
     if result is not None:
         steps.append(
-            StepEvent(
-                trace_id=run.trace_id,
-                span_id=f"compaction-{step}-llm",
-                parent_span_id=f"compaction-{step}",
-                kind="llm",
-                name=f"summarise {version.model}",
-                started_at=started,
-                ended_at=timezone.now(),
-                status="ok",
-                model=result.model if version.model != "offline" else "offline",
-                provider=getattr(provider, "name", ""),
-                input_tokens=result.input_tokens,
-                output_tokens=result.output_tokens,
+            _llm_step(
+                run,
+                f"compaction-{step}-llm",
+                f"summarise {version.model}",
+                f"compaction-{step}",
+                provider,
+                version,
+                started,
                 input={"messages": request},
+                result=result,
                 output={"content": result.content},
             )
         )
