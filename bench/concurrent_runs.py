@@ -12,66 +12,11 @@ and checks that every run succeeded with every step, tool call and message store
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-
-def serve(steps: int, latency: float) -> str:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            time.sleep(latency)
-            done = sum(1 for m in body["messages"] if m.get("role") == "tool")
-            if done < steps:
-                message = {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [
-                        {
-                            "id": f"c{done}",
-                            "type": "function",
-                            "index": 0,
-                            "function": {"name": "calculator", "arguments": json.dumps({"expression": f"{done} + 1"})},
-                        }
-                    ],
-                }
-                finish = "tool_calls"
-            else:
-                message, finish = {"role": "assistant", "content": "done"}, "stop"
-            data = json.dumps(
-                {
-                    "id": "b",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": "mistral-small-latest",
-                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
-                    "usage": {"prompt_tokens": 300, "completion_tokens": 20, "total_tokens": 320},
-                }
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{server.server_address[1]}"
+from _platform import ROOT, private_platform, serve_tool_calling_mistral
 
 
 def main() -> None:
@@ -81,70 +26,42 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2, help="seconds the model server takes per call")
     parser.add_argument("--threads", type=int, default=25, help="threads per worker process")
     args = parser.parse_args()
-    data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
-    env = {
-        **os.environ,
-        "DATA_DIR": data_dir,
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-" + "x" * 60,
-        "ENCRYPTION_KEYS": "Y29sbGVjdHN0YXRpYy1vbmx5LW5vdC1zZWNyZXQhISE=",
-        "SECURE_SSL_REDIRECT": "false",
-        "ALLOW_PRIVATE_PROVIDER_URLS": "true",
-        "DJANGO_SETTINGS_MODULE": "agentops.settings",
-        "LOG_LEVEL": "WARNING",
-    }
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    os.environ.clear()
-    os.environ.update(env)
     workers = []
-    try:
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
-        project, agent, user = prepare(serve(args.steps, args.latency))
-        for n in range(2):
-            workers.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "agentops",
-                        "worker",
-                        "--pool",
-                        "threads",
-                        "--concurrency",
-                        str(args.threads),
-                        "--loglevel",
-                        "WARNING",
-                        "-n",
-                        f"bench{n}@%h",
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
+    with private_platform() as env:
+        try:
+            project, agent, user = prepare(serve_tool_calling_mistral(args.steps, args.latency))
+            for n in range(2):
+                workers.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "celery",
+                            "-A",
+                            "agentops",
+                            "worker",
+                            "--pool",
+                            "threads",
+                            "--concurrency",
+                            str(args.threads),
+                            "--loglevel",
+                            "WARNING",
+                            "-n",
+                            f"bench{n}@%h",
+                        ],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                    )
                 )
-            )
-        wait_for_workers(2)
-        run_ids, started = start_runs(project, agent, user, args.runs)
-        check(project, run_ids, started, args)
-    finally:
-        for worker in workers:
-            worker.terminate()
-        for worker in workers:
-            worker.wait(timeout=60)
-        from django.db import connections
-
-        from agentops.embedded import release_all
-
-        connections.close_all()
-        release_all()  # stop the private servers before their folder goes
-        shutil.rmtree(data_dir, ignore_errors=True)
+            wait_for_workers(2)
+            run_ids, started = start_runs(project, agent, user, args.runs)
+            check(project, run_ids, started, args)
+        finally:
+            for worker in workers:
+                worker.terminate()
+            for worker in workers:
+                worker.wait(timeout=60)
 
 
 def prepare(url: str):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import random
 import shutil
 import signal
@@ -24,10 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _platform import ROOT, production_env
+
 SPANS_PER_TRACE = 8
 # 64 traces x 8 spans = 512 spans: the batch size the OpenTelemetry SDK exports by default
 # (BatchSpanProcessor max_export_batch_size).
@@ -143,20 +141,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
-    # Production settings (DEBUG off: no per-query debug logging), plain HTTP on loopback.
-    env = {
-        **os.environ,
-        "DATA_DIR": data_dir,
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-" + "x" * 60,
-        "ENCRYPTION_KEYS": "Y29sbGVjdHN0YXRpYy1vbmx5LW5vdC1zZWNyZXQhISE=",
-        "SECURE_SSL_REDIRECT": "false",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "API_RATE_LIMIT_PER_KEY": "1000000/min",
-        "LOG_LEVEL": "WARNING",
-    }
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
+    env = production_env(data_dir, ALLOWED_HOSTS="127.0.0.1,localhost", API_RATE_LIMIT_PER_KEY="1000000/min")
     python = sys.executable
     holder = None
     server = None

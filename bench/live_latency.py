@@ -14,53 +14,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
 import statistics
-import sys
-import tempfile
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _platform import percentile, private_platform
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
-    data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
-    os.environ.update(
-        {
-            "DATA_DIR": data_dir,
-            "DEBUG": "false",
-            "SECRET_KEY": "bench-" + "x" * 60,
-            "ENCRYPTION_KEYS": "Y29sbGVjdHN0YXRpYy1vbmx5LW5vdC1zZWNyZXQhISE=",
-            "SECURE_SSL_REDIRECT": "false",
-            "DJANGO_SETTINGS_MODULE": "agentops.settings",
-            "LOG_LEVEL": "WARNING",
-        }
-    )
-    os.environ.pop("DATABASE_URL", None)
-    os.environ.pop("REDIS_URL", None)
-    try:
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
+    with private_platform():
         asyncio.run(measure(args.steps))
-    finally:
-        from django.db import connections
-
-        from agentops.embedded import release_all
-
-        connections.close_all()
-        release_all()  # stop the private servers before their folder goes
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def setup():
@@ -128,8 +94,7 @@ async def measure(steps: int) -> None:
             await page.receive_from(timeout=1)
     await page.disconnect()
     await sync_to_async(connections.close_all)()
-    ordered = sorted(latencies)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    p95 = percentile(latencies, 0.95)
     print(f"{steps} steps stored one at a time while a page of the project was open")
     print(
         f"stored -> received on the page's WebSocket: p50 {statistics.median(latencies):.1f} ms, "

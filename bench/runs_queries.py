@@ -17,39 +17,12 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import random
-import shutil
 import statistics
-import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-
-def setup_django(data_dir: str) -> None:
-    os.environ["DATA_DIR"] = data_dir
-    # Production settings (DEBUG off: no per-query debug logging).
-    os.environ["DEBUG"] = "false"
-    os.environ["SECRET_KEY"] = "bench-" + "x" * 60
-    os.environ["ENCRYPTION_KEYS"] = "Y29sbGVjdHN0YXRpYy1vbmx5LW5vdC1zZWNyZXQhISE="
-    os.environ["SECURE_SSL_REDIRECT"] = "false"
-    os.environ.pop("DATABASE_URL", None)
-    os.environ.pop("REDIS_URL", None)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "agentops.settings"
-    os.environ["API_RATE_LIMIT_PER_USER"] = "1000000/min"
-    os.environ["ALLOWED_HOSTS"] = "testserver,localhost,127.0.0.1"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
+from _platform import percentile, private_platform
 
 STATUSES = ["succeeded"] * 8 + ["failed", "running"]
 MODELS = ["mistral-large-2512", "mistral-small-2603", "codestral-2508"]
@@ -272,28 +245,14 @@ def timed(fn, repeat: int) -> list[float]:
     return samples
 
 
-def pct(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=125_000)
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
-    data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
-    try:
-        setup_django(data_dir)
+    extra = {"API_RATE_LIMIT_PER_USER": "1000000/min", "ALLOWED_HOSTS": "testserver,localhost,127.0.0.1"}
+    with private_platform(**extra):
         run(args)
-    finally:
-        from django.db import connections
-
-        from agentops.embedded import release_all
-
-        connections.close_all()
-        release_all()  # stop the private servers before their folder goes
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def run(args) -> None:
@@ -341,7 +300,7 @@ def run(args) -> None:
     ]
     print(f"{'query':48} {'p50 ms':>8} {'p95 ms':>8} {'goal ms':>8}")
     for name, samples, goal in results:
-        p95 = pct(samples, 0.95)
+        p95 = percentile(samples, 0.95)
         verdict = "ok" if p95 < goal else "OVER"
         print(f"{name:48} {statistics.median(samples):8.1f} {p95:8.1f} {goal:8d}  {verdict}")
 

@@ -1,0 +1,115 @@
+"""What the benchmarks share: a private platform (embedded PostgreSQL and Redis in a
+temporary folder, production settings), a local Mistral-speaking server, percentiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def production_env(data_dir: str, **extra: str) -> dict[str, str]:
+    """The environment of a benchmark: production settings (DEBUG off, so no per-query
+    debug logging), plain HTTP on loopback, embedded servers under ``data_dir``."""
+    env = {
+        **os.environ,
+        "DATA_DIR": data_dir,
+        "DEBUG": "false",
+        "SECRET_KEY": "bench-" + "x" * 60,
+        "ENCRYPTION_KEYS": "Y29sbGVjdHN0YXRpYy1vbmx5LW5vdC1zZWNyZXQhISE=",
+        "SECURE_SSL_REDIRECT": "false",
+        "ALLOW_PRIVATE_PROVIDER_URLS": "true",
+        "DJANGO_SETTINGS_MODULE": "agentops.settings",
+        "LOG_LEVEL": "WARNING",
+        **extra,
+    }
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    return env
+
+
+@contextmanager
+def private_platform(**extra_env: str) -> Iterator[dict[str, str]]:
+    """Set up Django in this process on private embedded servers, migrated; yield the
+    environment (for subprocesses); stop the servers and delete their folder afterwards."""
+    data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
+    env = production_env(data_dir, **extra_env)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        yield env
+    finally:
+        if "django" in sys.modules:
+            from django.db import connections
+
+            from agentops.embedded import release_all
+
+            connections.close_all()
+            release_all()  # stop the private servers before their folder goes
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def serve_tool_calling_mistral(steps: int, latency: float = 0.0) -> str:
+    """A local server speaking Mistral's chat-completions API: after ``latency`` seconds
+    it asks for the calculator until a run has made ``steps`` tool calls, then answers."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            time.sleep(latency)
+            done = sum(1 for m in body["messages"] if m.get("role") == "tool")
+            if done < steps:
+                call = {"name": "calculator", "arguments": json.dumps({"expression": f"{done} * 3"})}
+                message = {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"id": f"c{done}", "type": "function", "index": 0, "function": call}],
+                }
+                finish = "tool_calls"
+            else:
+                message, finish = {"role": "assistant", "content": "done"}, "stop"
+            data = json.dumps(
+                {
+                    "id": "bench",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": "mistral-small-latest",
+                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+                    "usage": {"prompt_tokens": 500, "completion_tokens": 20, "total_tokens": 520},
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
