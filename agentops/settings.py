@@ -99,6 +99,10 @@ HTTP_FETCH_ALLOWED_HOSTS = env_list("HTTP_FETCH_ALLOWED_HOSTS")
 # retrying 429/5xx/connection errors (exponential backoff, honouring Retry-After).
 LLM_CALL_TIMEOUT_SECONDS = env_int("LLM_CALL_TIMEOUT_SECONDS", 120)
 LLM_RETRY_MAX_SECONDS = env_int("LLM_RETRY_MAX_SECONDS", 60)
+# An executed run whose worker has not beaten for this long lost its worker: the recovery
+# task hands it to another. Workers beat after every step and while a model streams, so
+# keep it above LLM_CALL_TIMEOUT_SECONDS.
+RUN_STALL_SECONDS = env_int("RUN_STALL_SECONDS", 300)
 
 # How long a tool call waiting for a person's approval waits before it expires.
 APPROVAL_TIMEOUT_MINUTES = env_int("APPROVAL_TIMEOUT_MINUTES", 60)

@@ -85,18 +85,27 @@ def serve_tool_calling_mistral(steps: int, latency: float = 0.0) -> str:
                 finish = "tool_calls"
             else:
                 message, finish = {"role": "assistant", "content": "done"}, "stop"
-            data = json.dumps(
-                {
-                    "id": "bench",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": "mistral-small-latest",
-                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
-                    "usage": {"prompt_tokens": 500, "completion_tokens": 20, "total_tokens": 520},
-                }
-            ).encode()
+            answer = {
+                "id": "bench",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "mistral-small-latest",
+                "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+                "usage": {"prompt_tokens": 500, "completion_tokens": 20, "total_tokens": 520},
+            }
+            if body.get("stream"):
+                # Streamed as the executor asks: the message in one chunk, then the finish.
+                delta = {key: value for key, value in message.items() if value}
+                chunks = [
+                    {**answer, "choices": [{"index": 0, "delta": delta, "finish_reason": None}], "usage": None},
+                    {**answer, "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": finish}]},
+                ]
+                data = b"".join(f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks) + b"data: [DONE]\n\n"
+                content_type = "text/event-stream"
+            else:
+                data, content_type = json.dumps(answer).encode(), "application/json"
             self.send_response(200)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -20,9 +20,11 @@ reconnects re-renders from PostgreSQL.
 from __future__ import annotations
 
 import logging
+import time
 
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.html import escape
 
 from agentops import live
 from agentops.scoping import organization_scope
@@ -81,3 +83,62 @@ def announce_runs_ingested(*, project, runs: list[dict]) -> None:
         return
     for html in messages:
         live.announce(project=project, event=EVENT, html=html, data={"runs": runs})
+
+
+STREAM_EVENT = "runs.stream"
+
+
+class TextStream:
+    """The text of one model call of an executed run, sent to the open pages of the run
+    as the model writes it (``write``), in pieces at most ``interval`` seconds apart so
+    a fast model does not send a message per token; ``close`` sends the rest.
+
+    The run page holds an empty, hidden ``#run-stream-<id>``. The first message replaces
+    it with a box holding the text so far; later ones append their piece to the box's
+    text, and every ``snapshot_every`` seconds one replaces the box with all the text
+    again, so a page opened in the middle of a long answer catches up. Nothing is sent
+    when no page of the project is open (checked once per call). The text is escaped: it
+    is the model's, and must never become markup. Like every live update this is best
+    effort; the stored ``llm`` step is the record."""
+
+    def __init__(self, *, run, step: int, model: str, interval: float = 0.05, snapshot_every: float = 1.0):
+        self.run, self.step, self.model = run, step, model
+        self.interval, self.snapshot_every = interval, snapshot_every
+        self.listening = live.has_listeners(project=run.project)
+        self.text: list[str] = []
+        self.unsent = 0  # how many of the last pieces of ``text`` no page has had yet
+        self.last_sent = 0.0
+        self.last_snapshot: float | None = None  # when the last whole box was sent
+
+    def write(self, piece: str) -> None:
+        if not self.listening or not piece:
+            return
+        self.text.append(piece)
+        self.unsent += 1
+        if time.monotonic() - self.last_sent >= self.interval:
+            self._send()
+
+    def close(self) -> None:
+        if self.unsent:
+            self._send()
+        if self.last_snapshot is not None:
+            html = (
+                f'<span id="run-stream-state-{self.run.pk}" hx-swap-oob="true" class="muted">'
+                f"answered (step {self.step})</span>"
+            )
+            live.announce(project=self.run.project, event=STREAM_EVENT, html=html, data={"run": self.run.pk})
+
+    def _send(self) -> None:
+        now = time.monotonic()
+        if self.last_snapshot is None or now - self.last_snapshot >= self.snapshot_every:
+            self.last_snapshot = now
+            html = render_to_string(
+                "runs/live/stream_box.html",
+                {"run_id": self.run.pk, "step": self.step, "model": self.model, "text": escape("".join(self.text))},
+            )
+        else:
+            piece = escape("".join(self.text[-self.unsent :]))
+            html = f'<div id="run-stream-text-{self.run.pk}" hx-swap-oob="beforeend"><span>{piece}</span></div>'
+        self.unsent = 0
+        self.last_sent = now
+        live.announce(project=self.run.project, event=STREAM_EVENT, html=html, data={"run": self.run.pk})

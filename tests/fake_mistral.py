@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,21 +43,52 @@ def completion(content="", tool_calls=None, model="mistral-large-latest", prompt
     }
 
 
+def stream_chunks(body: dict) -> list[dict]:
+    """A chat-completions answer as the chunks of a streamed answer: the text a few
+    words at a time, then the tool calls, then the finish reason with the usage."""
+    choice = body["choices"][0]
+    message = choice["message"]
+    base = {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"]}
+    words = re.findall(r"\s*\S+\s*", message.get("content") or "")
+    pieces = ["".join(words[start : start + 3]) for start in range(0, len(words), 3)]
+    chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+    chunks += [
+        {**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]} for piece in pieces
+    ]
+    if message.get("tool_calls"):
+        chunks.append(
+            {**base, "choices": [{"index": 0, "delta": {"tool_calls": message["tool_calls"]}, "finish_reason": None}]}
+        )
+    chunks.append(
+        {
+            **base,
+            "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": choice["finish_reason"]}],
+            "usage": body["usage"],
+        }
+    )
+    return chunks
+
+
 class FakeMistral:
     def __init__(self):
-        self.script: list[tuple[int, dict, dict, float]] = []  # (status, body, headers, delay in seconds)
+        # (status, body, headers, delay in seconds before answering, delay between streamed chunks)
+        self.script: list[tuple[int, dict, dict, float, float]] = []
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         # Answer to the executor's summarising calls (context compaction), outside the script.
         self.summary = "The user asked for several calculations; all were done."
 
-    def reply(self, body: dict, status: int = 200, headers: dict | None = None, delay: float = 0.0) -> None:
-        self.script.append((status, body, headers or {}, delay))
+    def reply(
+        self, body: dict, status: int = 200, headers: dict | None = None, delay: float = 0.0, chunk_delay: float = 0.0
+    ) -> None:
+        """Script the next answer. A request with ``"stream": true`` gets a successful
+        answer as server-sent events (see ``stream_chunks``), ``chunk_delay`` apart."""
+        self.script.append((status, body, headers or {}, delay, chunk_delay))
 
     def next(self):
         with self.lock:
             if not self.script:
-                return 500, {"message": "the test scripted no more answers"}, {}, 0.0
+                return 500, {"message": "the test scripted no more answers"}, {}, 0.0, 0.0
             return self.script.pop(0)
 
 
@@ -70,10 +102,26 @@ def fake_mistral():
             state.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
             first = (body.get("messages") or [{}])[0].get("content") or ""
             if isinstance(first, str) and first.startswith("Summarise this part"):
-                status, payload, headers, delay = 200, completion(content=state.summary), {}, 0.0
+                status, payload, headers, delay, chunk_delay = 200, completion(content=state.summary), {}, 0.0, 0.0
             else:
-                status, payload, headers, delay = state.next()
+                status, payload, headers, delay, chunk_delay = state.next()
             time.sleep(delay)
+            if body.get("stream") and status == 200:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.end_headers()
+                self.close_connection = True
+                try:
+                    for chunk in stream_chunks(payload):
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                        time.sleep(chunk_delay)
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # The client stopped reading (a call that timed out).
+                return
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

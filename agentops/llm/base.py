@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+# Called with each piece of the answer's text as the model writes it.
+OnText = Callable[[str], None]
 
 
 class ProviderError(Exception):
@@ -32,5 +36,16 @@ class ChatProvider(Protocol):
     name: str
 
     def chat(
-        self, *, model: str, messages: list[dict], tools: list[dict], parameters: dict, timeout_ms: int
-    ) -> ChatResult: ...
+        self,
+        *,
+        model: str,
+        messages: list[dict],
+        tools: list[dict],
+        parameters: dict,
+        timeout_ms: int,
+        on_text: OnText | None = None,
+    ) -> ChatResult:
+        """One model call. With ``on_text``, the answer is streamed and each piece of
+        its text handed to ``on_text`` as it arrives; the result is the whole answer
+        either way. ``timeout_ms`` bounds the whole call, streaming included."""
+        ...

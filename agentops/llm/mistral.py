@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
-from agentops.llm.base import ChatResult, ProviderError
+from agentops.llm.base import ChatResult, OnText, ProviderError
 
 # Retries on 429 and 5xx with exponential backoff, honouring Retry-After (the SDK does
 # both); connection errors are retried too.
@@ -42,48 +43,150 @@ class MistralProvider:
             ),
         )
 
-    def chat(self, *, model: str, messages: list[dict], tools: list[dict], parameters: dict, timeout_ms: int):
+    def chat(
+        self,
+        *,
+        model: str,
+        messages: list[dict],
+        tools: list[dict],
+        parameters: dict,
+        timeout_ms: int,
+        on_text: OnText | None = None,
+    ) -> ChatResult:
         from mistralai.client import errors
 
+        request = dict(
+            model=model,
+            messages=messages,
+            tools=tools or None,
+            timeout_ms=timeout_ms,
+            **{key: value for key, value in parameters.items() if value is not None},
+        )
         try:
-            response = self.client.chat.complete(
-                model=model,
-                messages=messages,
-                tools=tools or None,
-                timeout_ms=timeout_ms,
-                **{key: value for key, value in parameters.items() if value is not None},
+            if on_text is None:
+                return _result(self.client.chat.complete(**request), model)
+            return _streamed(
+                self.client.chat.stream(**request), model, on_text, deadline=time.monotonic() + timeout_ms / 1000
             )
         except errors.SDKError as exc:
             status = getattr(exc, "status_code", None)
             raise ProviderError(
                 f"Mistral answered HTTP {status}: {str(exc)[:300]}", retryable=status in (429, 500, 502, 503, 504)
             ) from None
+        except ProviderError:
+            raise
         except Exception as exc:  # noqa: BLE001 - timeouts, connection errors, invalid responses
             raise ProviderError(
                 f"calling Mistral failed: {type(exc).__name__}: {str(exc)[:300]}", retryable=True
             ) from None
-        choice = response.choices[0]
-        message = choice.message
-        calls = [
+
+
+def _text(content: Any) -> str:
+    """A message's content as text: a string, or text chunks (other chunks as JSON)."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    return json.dumps([chunk.model_dump() for chunk in content])
+
+
+def _result(response, model: str) -> ChatResult:
+    choice = response.choices[0]
+    message = choice.message
+    calls = [
+        {
+            "id": call.id or f"call_{index}",
+            "name": call.function.name,
+            "arguments": _arguments(call.function.arguments),
+        }
+        for index, call in enumerate(message.tool_calls or [])
+    ]
+    usage = response.usage
+    return ChatResult(
+        content=_text(message.content),
+        tool_calls=calls,
+        finish_reason=str(choice.finish_reason or ""),
+        model=response.model or model,
+        input_tokens=usage.prompt_tokens or 0 if usage else 0,
+        output_tokens=usage.completion_tokens or 0 if usage else 0,
+        raw=response.model_dump(mode="json"),
+    )
+
+
+def _streamed(events, model: str, on_text: OnText, *, deadline: float) -> ChatResult:
+    """Read a streamed answer to its end, handing each piece of text to ``on_text``, and
+    put it together as ``chat.complete`` would have answered. Tool calls arrive whole or
+    in pieces (by index: the id and name once, the arguments as text to concatenate)."""
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish_reason, answered_model, usage, response_id = "", model, None, ""
+    with events as stream:
+        for event in stream:
+            if time.monotonic() > deadline:
+                raise ProviderError(
+                    "calling Mistral failed: the streamed answer took longer than the call's time limit"
+                )
+            chunk = event.data
+            answered_model = chunk.model or answered_model
+            response_id = chunk.id or response_id
+            usage = chunk.usage or usage
+            for choice in chunk.choices[:1]:
+                delta = choice.delta
+                piece = _text(delta.content) if delta.content else ""
+                if piece:
+                    text.append(piece)
+                    on_text(piece)
+                for position, call in enumerate(delta.tool_calls or []):
+                    index = call.index if isinstance(call.index, int) else position
+                    entry = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+                    if call.id:
+                        entry["id"] = call.id
+                    if call.function.name:
+                        entry["name"] = call.function.name
+                    arguments = call.function.arguments
+                    if isinstance(arguments, dict):
+                        entry["arguments"] = arguments
+                    elif arguments:
+                        entry["arguments"] = (
+                            entry["arguments"] if isinstance(entry["arguments"], str) else ""
+                        ) + arguments
+                if choice.finish_reason:
+                    finish_reason = str(choice.finish_reason)
+    content = "".join(text)
+    tool_calls = [
+        {"id": entry["id"] or f"call_{index}", "name": entry["name"], "arguments": _arguments(entry["arguments"])}
+        for index, entry in sorted(calls.items())
+    ]
+    raw = {
+        "id": response_id,
+        "object": "chat.completion",
+        "model": answered_model,
+        "choices": [
             {
-                "id": call.id or f"call_{index}",
-                "name": call.function.name,
-                "arguments": _arguments(call.function.arguments),
+                "index": 0,
+                "finish_reason": finish_reason,
+                "message": {
+                    "role": "assistant",
+                    "content": content,
+                    "tool_calls": [
+                        {
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
+                        }
+                        for call in tool_calls
+                    ]
+                    or None,
+                },
             }
-            for index, call in enumerate(message.tool_calls or [])
-        ]
-        content = (
-            message.content
-            if isinstance(message.content, str)
-            else json.dumps([chunk.model_dump() for chunk in message.content or []])
-        )
-        usage = response.usage
-        return ChatResult(
-            content=content or "",
-            tool_calls=calls,
-            finish_reason=str(choice.finish_reason or ""),
-            model=response.model or model,
-            input_tokens=usage.prompt_tokens or 0 if usage else 0,
-            output_tokens=usage.completion_tokens or 0 if usage else 0,
-            raw=response.model_dump(mode="json"),
-        )
+        ],
+        "usage": usage.model_dump(mode="json") if usage else None,
+        "streamed": True,
+    }
+    return ChatResult(
+        content=content,
+        tool_calls=tool_calls,
+        finish_reason=finish_reason,
+        model=answered_model,
+        input_tokens=usage.prompt_tokens or 0 if usage else 0,
+        output_tokens=usage.completion_tokens or 0 if usage else 0,
+        raw=raw,
+    )

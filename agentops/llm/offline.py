@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from agentops.llm.base import ChatResult
+from agentops.llm.base import ChatResult, OnText
 
 OFFLINE_MODEL = "offline"
 ARITHMETIC = re.compile(r"[-+*/().\d\s%]{3,}")
@@ -37,7 +37,16 @@ def _tokens(text: str) -> int:
 class OfflineProvider:
     name = "offline"
 
-    def chat(self, *, model: str, messages: list[dict], tools: list[dict], parameters: dict, timeout_ms: int):
+    def chat(
+        self,
+        *,
+        model: str,
+        messages: list[dict],
+        tools: list[dict],
+        parameters: dict,
+        timeout_ms: int,
+        on_text: OnText | None = None,
+    ):
         user = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
         user = user if isinstance(user, str) else json.dumps(user)
         called = {m.get("name") for m in messages if m.get("role") == "tool"}
@@ -56,6 +65,11 @@ class OfflineProvider:
                 )
         results = [f"{m.get('name')}: {m.get('content')}" for m in messages if m.get("role") == "tool"]
         answer = "[offline model] " + ("Tool results — " + "; ".join(results) if results else f"You said: {user[:500]}")
+        if on_text is not None:
+            # Streamed a few words at a time, as a model would.
+            words = re.findall(r"\S+\s*", answer)
+            for start in range(0, len(words), 4):
+                on_text("".join(words[start : start + 4]))
         return ChatResult(
             content=answer,
             tool_calls=[],

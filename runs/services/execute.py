@@ -27,6 +27,7 @@ from agentops.llm.base import ProviderError
 from agentops.llm.context import context_window, estimate_tokens
 from agentops.llm.providers import provider_for
 from agentops.services.audit import audit_record
+from runs.live import TextStream
 from runs.models import Agent, AgentVersion, Approval, Run
 from runs.services.agents import clean_parameters
 from runs.services.approvals import approval_request
@@ -35,9 +36,6 @@ from runs.tools.base import ToolContext, ToolError
 from runs.tools.registry import tools_for
 
 ROOT_SPAN = "root"
-# A worker beats after every step; a running run silent for longer than this lost its worker.
-# (a model call may take LLM_CALL_TIMEOUT_SECONDS, its retries LLM_RETRY_MAX_SECONDS more).
-STALL_AFTER = timedelta(minutes=5)
 # The same tool with the same arguments this many times in a row gets a corrective
 # message; once more after it and the run stops.
 REPEAT_LIMIT = 3
@@ -210,14 +208,24 @@ def _assistant_message(content: str, tool_calls: list[dict]) -> dict:
     return message
 
 
+def _stall_after() -> timedelta:
+    """A running run whose worker has been silent this long lost its worker (it beats
+    after every step and while a model streams)."""
+    return timedelta(seconds=settings.RUN_STALL_SECONDS)
+
+
 def _claim(run_id: int) -> bool:
     """Take the run for this worker: a queued one, or a running one whose worker stopped
     beating (it died mid-run: the run resumes from its saved state). False when another
     worker has it, or it ended or was cancelled."""
     now = timezone.now()
     claimed = (
-        Run.objects.filter(pk=run_id, cancel_requested=False)
-        .filter(Q(status=Run.Status.QUEUED) | Q(status=Run.Status.RUNNING, heartbeat_at__lt=now - STALL_AFTER))
+        # A stalled run is taken even when cancelled meanwhile: its new worker ends it.
+        Run.objects.filter(pk=run_id)
+        .filter(
+            Q(status=Run.Status.QUEUED, cancel_requested=False)
+            | Q(status=Run.Status.RUNNING, heartbeat_at__lt=now - _stall_after())
+        )
         .update(status=Run.Status.RUNNING, worker=socket.gethostname(), heartbeat_at=now)
     )
     # Nothing got updated: another worker got there first, or the run is not ours to take.
@@ -226,7 +234,8 @@ def _claim(run_id: int) -> bool:
 
 def stalled_run_ids() -> list[tuple[int, int]]:
     """(organization id, run id) of executed runs whose worker stopped beating: a
-    periodic task hands them to a worker again, and they resume from their saved state."""
+    periodic task hands them to a worker again, and they resume from their saved state
+    (or, cancelled meanwhile, end cancelled)."""
     from agentops.scoping import dangerously_unscoped
 
     with dangerously_unscoped("the recovery task looks for stalled runs in every organization"):
@@ -234,8 +243,7 @@ def stalled_run_ids() -> list[tuple[int, int]]:
             Run.objects.filter(
                 status=Run.Status.RUNNING,
                 executed_version__isnull=False,
-                cancel_requested=False,
-                heartbeat_at__lt=timezone.now() - STALL_AFTER,
+                heartbeat_at__lt=timezone.now() - _stall_after(),
             ).values_list("organization_id", "id")
         )
 
@@ -245,6 +253,25 @@ def _save_state(run: Run, state: dict) -> None:
     and no model call that already succeeded is made (and paid for) again."""
     run.execution = state
     Run.objects.filter(pk=run.pk).update(execution=state, heartbeat_at=timezone.now())
+
+
+# While a model streams a long answer, the worker beats at most this often.
+BEAT_EVERY_SECONDS = 15
+
+
+def _beating(run: Run, write):
+    """``write`` (a piece of the streamed answer), also beating the run's heartbeat now
+    and then: a model writing for minutes must not make its worker look dead."""
+    last = time.monotonic()
+
+    def on_text(piece: str) -> None:
+        nonlocal last
+        write(piece)
+        if time.monotonic() - last >= BEAT_EVERY_SECONDS:
+            last = time.monotonic()
+            Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+
+    return on_text
 
 
 def _action_signature(call: dict) -> str:
@@ -325,6 +352,7 @@ def run_execute(*, run_id: int) -> None:
             _compact(run, state, provider, version, parameters)
             _save_state(run, state)
         started = timezone.now()
+        stream = TextStream(run=run, step=step, model=version.model)
         try:
             result = provider.chat(
                 model=version.model,
@@ -332,8 +360,10 @@ def run_execute(*, run_id: int) -> None:
                 tools=definitions,
                 parameters=parameters,
                 timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
+                on_text=_beating(run, stream.write),
             )
         except ProviderError as exc:
+            stream.close()
             ingest(
                 project=project,
                 steps=[
@@ -352,6 +382,7 @@ def run_execute(*, run_id: int) -> None:
             )
             _finish(run, status=Run.Status.FAILED, error=f"step {step}: {exc}")
             return
+        stream.close()
         position = state["position"]
         ingest(
             project=project,

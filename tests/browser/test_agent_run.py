@@ -223,3 +223,61 @@ def test_a_run_page_re_renders_from_the_database_when_its_socket_opens(
         page.wait_for_selector(".trace-row[data-kind='llm']")
         assert page.locator("#run-header .run-status").inner_text() == "Running"
         assert page.evaluate("window.__not_reloaded") is True
+
+
+def test_the_answer_streams_onto_the_run_page_as_the_model_writes_it(
+    asgi_server,  # noqa: F811 - the fixture imported above
+    celery_worker,
+    fake_mistral,
+    tenant,
+    artifacts_dir,
+):
+    from agentops.services.secrets import provider_secret_set
+    from runs.services.agents import agent_create
+    from tests.fake_mistral import completion
+
+    answer = " ".join(f"word{index}" for index in range(60)) + " <end>"
+    # The model starts after a second (the page is open by then) and writes for about two.
+    fake_mistral.reply(completion(content=answer), delay=1.0, chunk_delay=0.1)
+    with organization_scope(tenant.organization):
+        provider_secret_set(
+            organization=tenant.organization,
+            actor=None,
+            provider="mistral",
+            api_key="sk-test-123456",
+            base_url=fake_mistral.url,
+        )
+        agent = agent_create(project=tenant.project, actor=tenant.member, name="writer", model="mistral-large-latest")
+
+    with chromium_page() as page:
+        _sign_in(page, asgi_server, tenant.member)
+        page.goto(f"{asgi_server}/o/acme/p/agent/runs/agents/{agent.pk}/")
+        page.fill("#run_input", "Write sixty words.")
+        page.click("#start-run-button")
+        page.wait_for_url(f"{asgi_server}/o/acme/p/agent/runs/*/")
+        page.evaluate("window.__not_reloaded = true")
+        errors = _console_errors(page)
+        _wait_live(page)
+        run_id = page.locator(".run-page").get_attribute("data-run-id")
+        text = page.locator(f"#run-stream-text-{run_id}")
+
+        # Part of the answer is on the page while the model is still writing.
+        page.wait_for_function(
+            f"(document.getElementById('run-stream-text-{run_id}') || {{textContent: ''}})"
+            ".textContent.includes('word5 ')",
+            timeout=15_000,
+        )
+        partial = text.inner_text()
+        assert "<end>" not in partial and page.locator("#run-header .run-status").inner_text() != "Succeeded"
+        assert "is writing" in page.locator(f"#run-stream-{run_id}").inner_text()
+        page.screenshot(path=str(artifacts_dir / "agent-run-streaming.png"), full_page=True)
+
+        page.wait_for_function(
+            "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", timeout=30_000
+        )
+        page.wait_for_function(f"document.getElementById('run-stream-text-{run_id}').textContent.includes('<end>')")
+        assert text.inner_text().split() == answer.split(), "the whole answer, in order, as text (never markup)"
+        assert "answered (step 1)" in page.locator(f"#run-stream-{run_id}").inner_text()
+        assert page.evaluate("window.__not_reloaded") is True
+        assert errors == []
+        page.screenshot(path=str(artifacts_dir / "agent-run-streamed.png"), full_page=True)
