@@ -442,3 +442,85 @@ class WebhookToolForm(forms.Form):
         if not isinstance(schema, dict):
             raise forms.ValidationError('The schema must be a JSON object, such as {"type": "object", ...}.')
         return schema
+
+
+class ReplayForm(forms.Form):
+    """Replay a run: what to change (a field left as the run had it changes nothing), how
+    tools are answered, where to fork, how many times. ``overrides()`` gives what the
+    replay service takes."""
+
+    model = forms.CharField(max_length=200, widget=forms.TextInput(attrs={"spellcheck": "false"}))
+    system_prompt = forms.CharField(
+        label="System prompt", required=False, widget=forms.Textarea(attrs={"rows": 3}), strip=False
+    )
+    version = forms.TypedChoiceField(label="Agent version", coerce=int, required=False, empty_value=None)
+    tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    temperature = _parameter_field("temperature", placeholder="as the run")
+    top_p = _parameter_field("top_p", placeholder="as the run")
+    max_tokens = _parameter_field("max_tokens", placeholder="as the run")
+    random_seed = _parameter_field("random_seed", placeholder="as the run")
+    tool_mode = forms.ChoiceField(
+        label="Tools",
+        choices=[
+            ("recorded", "Recorded: answer tool calls from this run (only the model changes)"),
+            ("live", "Live: call the tools for real"),
+        ],
+        initial="recorded",
+        widget=forms.RadioSelect,
+    )
+    unmatched = forms.ChoiceField(
+        label="A call this run never made",
+        choices=[("fail", "fails the replay"), ("live", "calls the live tool")],
+        initial="fail",
+        widget=forms.RadioSelect,
+    )
+    fork_step = forms.IntegerField(
+        label="Fork at model call",
+        required=False,
+        min_value=1,
+        help_text="Keep the run as it was before this model call (copied, no cost) and run from there.",
+        widget=forms.NumberInput(attrs={"placeholder": "from the start"}),
+    )
+    repeat = forms.IntegerField(
+        label="Repeat",
+        min_value=1,
+        max_value=20,
+        initial=1,
+        help_text="Run it several times to see how much it agrees.",
+    )
+
+    def __init__(self, *args, source_spec: dict, tool_choices: list[str], versions=(), can_fork: bool, **kwargs):
+        kwargs.setdefault("auto_id", "replay_%s")
+        kwargs.setdefault(
+            "initial",
+            {
+                "model": source_spec.get("model", ""),
+                "system_prompt": source_spec.get("system_prompt", ""),
+                "tools": source_spec.get("tools", []),
+            },
+        )
+        super().__init__(*args, **kwargs)
+        self.source_spec = source_spec
+        self.fields["tools"].choices = [(name, name) for name in tool_choices]
+        if versions:
+            self.fields["version"].choices = [("", "As the run")] + [(n, f"Version {n}") for n in versions]
+        else:
+            del self.fields["version"]
+        if not can_fork:
+            del self.fields["fork_step"]
+
+    def clean_system_prompt(self) -> str:
+        return _unix_newlines(self.cleaned_data["system_prompt"])
+
+    def overrides(self) -> dict:
+        data, spec = self.cleaned_data, self.source_spec
+        overrides = {name: data[name] for name in PARAMETER_RANGES if data.get(name) is not None}
+        if data.get("version"):
+            overrides["version"] = data["version"]
+        if data["model"].strip() != spec.get("model", ""):
+            overrides["model"] = data["model"].strip()
+        if data["system_prompt"] != _unix_newlines(spec.get("system_prompt", "")):
+            overrides["system_prompt"] = data["system_prompt"]
+        if sorted(data["tools"]) != sorted(spec.get("tools", [])):
+            overrides["tools"] = data["tools"]
+        return overrides

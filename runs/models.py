@@ -62,10 +62,14 @@ class Run(TenantModel):
     models_used = ArrayField(models.CharField(max_length=200), default=list, blank=True)
     latency_ms = models.BigIntegerField(null=True, blank=True)
     search = SearchVectorField(null=True, editable=False)
-    # Runs the platform executes itself (runs.services.execute); empty for ingested runs.
+    # Runs the platform executes itself (runs.services.execute): agent runs and replays.
+    executed = models.BooleanField(default=False, help_text="Run by the platform's executor.")
+    # The agent version an executed run used (none for a replay of an ingested run).
     executed_version = models.ForeignKey(
         "runs.AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
+    # A replay's source run (runs.services.replay); its settings are in ``execution["replay"]``.
+    replay_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays")
     cancel_requested = models.BooleanField(default=False)
     worker = models.CharField(max_length=200, blank=True, help_text="The Celery worker executing the run.")
     heartbeat_at = models.DateTimeField(null=True, blank=True)

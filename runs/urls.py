@@ -2,7 +2,7 @@
 
 from django.urls import path, register_converter
 
-from runs.views import agents, approvals, dashboard, run_detail, runs_list, sessions, settings
+from runs.views import agents, approvals, compare, dashboard, replays, run_detail, runs_list, sessions, settings
 
 
 class SessionIdConverter:
@@ -40,6 +40,7 @@ urlpatterns = [
         name="value",
     ),
     path(f"{run}/cancel/", agents.RunCancelAction.as_view(), name="cancel"),
+    path(f"{run}/replays/", replays.ReplayStartAction.as_view(), name="replay_start"),
     path("agents/", agents.AgentsPage.as_view(), name="agents"),
     path("agents/<int:agent_id>/", agents.AgentDetailPage.as_view(), name="agent"),
     path("agents/<int:agent_id>/edit/", agents.AgentEditAction.as_view(), name="agent_edit"),
@@ -47,4 +48,5 @@ urlpatterns = [
     path("agents/tools/", agents.WebhookToolsPage.as_view(), name="webhook_tools"),
     path("agents/tools/<int:tool_id>/delete/", agents.WebhookToolDeleteAction.as_view(), name="webhook_tool_delete"),
     path(f"{run}/approvals/<int:approval_id>/", approvals.RunApprovalDecideAction.as_view(), name="approval_decide"),
+    path("compare/", compare.RunComparePage.as_view(), name="compare"),
 ]

@@ -451,10 +451,13 @@ class RunSerializer(serializers.ModelSerializer):
 
 
 class RunDetailSerializer(RunSerializer):
-    """A run with its payloads."""
+    """A run with its payloads; ``executed``: run by the platform, ``replay_of_id``: the
+    run a replay replays."""
+
+    replay_of_id = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "input", "output", "metadata"]
+        fields = [*RunSerializer.Meta.fields, "input", "output", "metadata", "executed", "replay_of_id"]
         read_only_fields = fields
 
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs.api import agents, approvals, batch, settings, views
+from runs.api import agents, approvals, batch, compare, replays, settings, views
 
 project = "projects/<slug:org_slug>/<slug:project_slug>"
 run = f"{project}/runs/<int:run_id>"
@@ -10,6 +10,7 @@ urlpatterns = [
     path(f"{project}/runs/", views.RunListView.as_view(), name="api-run-list"),
     path(f"{run}/cancel/", agents.RunCancelView.as_view(), name="api-run-cancel"),
     path(f"{run}/approvals/", approvals.RunApprovalsView.as_view(), name="api-run-approvals"),
+    path(f"{run}/replays/", replays.RunReplaysView.as_view(), name="api-run-replays"),
     path(f"{project}/agents/", agents.AgentListView.as_view(), name="api-agent-list"),
     path(f"{project}/agents/<int:agent_id>/", agents.AgentDetailView.as_view(), name="api-agent-detail"),
     path(
@@ -32,4 +33,5 @@ urlpatterns = [
     path(f"{project}/sessions/", views.SessionListView.as_view(), name="api-session-list"),
     # Session ids are the client's: `path` so one with a slash (sent as %2F) still matches.
     path(f"{project}/sessions/<path:session_id>/", views.SessionDetailView.as_view(), name="api-session-detail"),
+    path(f"{project}/compare/", compare.RunCompareView.as_view(), name="api-run-compare"),
 ]

@@ -170,11 +170,13 @@ DEMO_AGENT = "Demo calculator (offline)"
 
 
 def demo_agent_seed(*, project, actor=None) -> int:
-    """An agent on the offline model (no key needed) and one executed run of it, so a
-    new user can read an executed run and start more from the agent's page."""
+    """An agent on the offline model (no key needed), one executed run of it and a replay
+    of that run, so a new user can read an executed run, compare it with its replay, and
+    start more from the agent's page."""
     from runs.models import Agent
     from runs.services.agents import agent_create
     from runs.services.execute import run_execute, run_start
+    from runs.services.replay import replay_start
 
     if Agent.objects.filter(project=project, name=DEMO_AGENT).exists():
         return 0
@@ -191,4 +193,8 @@ def demo_agent_seed(*, project, actor=None) -> int:
     run = run_start(project=project, agent=agent, actor=actor, input="What is (19 + 23) * 2?")
     # Executed here rather than on a worker: the demo is seeded before the workers start.
     run_execute(run_id=run.pk)
+    # And a replay of it, its tool calls served from the recording, to compare with it.
+    run.refresh_from_db()
+    (replay,) = replay_start(source=run, actor=actor, overrides={"temperature": 0.5}, tool_mode="recorded")
+    run_execute(run_id=replay.pk)
     return 1

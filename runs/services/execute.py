@@ -11,14 +11,17 @@ cost and live updates work the same way.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import socket
 import time
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -32,18 +35,51 @@ from runs.models import Agent, AgentVersion, Approval, Run
 from runs.services.agents import clean_parameters
 from runs.services.approvals import approval_request
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
+from runs.services.recorded_tools import recorded_tools
 from runs.tools.base import ToolContext, ToolError
 from runs.tools.registry import tools_for
+
+logger = logging.getLogger(__name__)
 
 ROOT_SPAN = "root"
 # The same tool with the same arguments this many times in a row gets a corrective
 # message; once more after it and the run stops.
 REPEAT_LIMIT = 3
 WAITING = "waiting"
+# Tools that only read and write the run's own scratch memory: a replay with recorded
+# tools still runs them, so its memory evolves as the original's did.
+LOCAL_STATE_TOOLS = {"memory_set", "memory_get"}
 # Compact the conversation when it passes this share of the model's context window,
 # keeping this many of the latest messages.
 COMPACT_AT = 0.8
 KEEP_RECENT = 6
+
+
+@dataclass
+class Spec:
+    """What an executed run runs: an agent version's settings, as the run's state holds
+    them (``version_spec``), with a replay's changes."""
+
+    model: str
+    system_prompt: str = ""
+    tools: list[str] = field(default_factory=list)
+    approval_tools: list[str] = field(default_factory=list)
+    step_limit: int = 20
+    tool_definitions: list[dict] = field(default_factory=list)
+
+
+def version_spec(version: AgentVersion) -> dict:
+    """What the executor takes from an agent version; a replay may change any of it.
+    ``tool_definitions`` holds tools outside the registry (a replay of an ingested run
+    offers the model the tools it had; their calls are served from the recording)."""
+    return {
+        "model": version.model,
+        "system_prompt": version.system_prompt,
+        "tools": list(version.tools),
+        "approval_tools": list(version.approval_tools),
+        "step_limit": version.step_limit,
+        "tool_definitions": [],
+    }
 
 
 def run_start(
@@ -65,8 +101,45 @@ def run_start(
     if input in (None, ""):
         raise InvalidRequest("give the run an input (the user's message)")
     overrides = clean_parameters(parameters)
+    return create_executed_run(
+        project=project,
+        actor=actor,
+        name=agent.name,
+        agent_name=agent.name,
+        version=version,
+        input=input,
+        spec=version_spec(version),
+        parameters={**version.parameters, **overrides},
+        audit=("run.start", {"agent": agent.name, "version": version.number}),
+        ip=ip,
+    )
+
+
+def create_executed_run(
+    *,
+    project,
+    actor,
+    name: str,
+    agent_name: str,
+    input: Any,
+    spec: dict,
+    parameters: dict,
+    audit: tuple[str, dict],
+    version: AgentVersion | None = None,
+    state: dict | None = None,
+    replay_of: Run | None = None,
+    prefix: dict | None = None,
+    ip: str | None = None,
+) -> Run:
+    """Store a queued executed run (an agent run or a replay) and hand it to a worker
+    once the transaction commits. ``state`` seeds the executor's state (a forked replay
+    starts mid-conversation); ``prefix`` holds steps, messages, tool calls and snapshots
+    (ingest's keyword arguments) stored with it, as the fork's copied beginning."""
     now = timezone.now()
     trace_id = f"exec-{uuid.uuid4().hex}"
+    metadata: dict[str, Any] = {"executed": True, "parameters": parameters}
+    if replay_of is not None:
+        metadata["replay_of"] = replay_of.pk
     with transaction.atomic():
         ingest(
             project=project,
@@ -74,31 +147,37 @@ def run_start(
                 RunEvent(
                     trace_id=trace_id,
                     fields={
-                        "name": agent.name,
-                        "agent_name": agent.name,
-                        "agent_version": str(version.number),
+                        "name": name,
+                        "agent_name": agent_name,
+                        "agent_version": str(version.number) if version else "",
                         "status": Run.Status.QUEUED,
                         "input": input,
                         "started_at": now,
-                        "metadata": {"executed": True, "parameters": {**version.parameters, **overrides}},
+                        "metadata": metadata,
                     },
                 )
             ],
         )
         run = Run.objects.get(project=project, trace_id=trace_id)
+        run.executed = True
         run.executed_version = version
-        run.execution = {"parameters": overrides}
-        run.save(update_fields=["executed_version", "execution"])
-        audit_record(
-            organization=project.organization,
-            actor=actor,
-            action="run.start",
-            target=run,
-            data={"agent": agent.name, "version": version.number},
-            ip=ip,
-        )
+        run.replay_of = replay_of
+        run.execution = {**(state or {}), "parameters": parameters, "spec": spec}
+        run.save(update_fields=["executed", "executed_version", "replay_of", "execution"])
+        if prefix:
+            ingest(
+                project=project, **{key: [_retraced(item, trace_id) for item in items] for key, items in prefix.items()}
+            )
+        action, data = audit
+        audit_record(organization=project.organization, actor=actor, action=action, target=run, data=data, ip=ip)
         transaction.on_commit(lambda: _enqueue(project.organization_id, run.pk))
     return run
+
+
+def _retraced(event, trace_id: str):
+    """``event`` (an ingest event built before the run existed) with the run's trace id."""
+    event.trace_id = trace_id
+    return event
 
 
 def _enqueue(organization_id: int, run_id: int) -> None:
@@ -111,7 +190,7 @@ def run_cancel(*, run: Run, actor, ip: str | None = None) -> Run:
     """Ask the run to stop: a queued run stops at once, a running one before its next step."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
-        if run.executed_version_id is None:
+        if not run.executed:
             raise InvalidRequest("only runs the platform executes can be cancelled")
         if run.status in (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED):
             raise Conflict(f"the run already {run.status}")
@@ -157,7 +236,7 @@ def _llm_step(
     name: str,
     parent: str,
     provider,
-    version: AgentVersion,
+    spec: Spec,
     started: datetime,
     *,
     input: Any,
@@ -169,7 +248,7 @@ def _llm_step(
     fields: dict[str, Any] = {}
     if result is not None:
         fields = {
-            "model": result.model if version.model != "offline" else "offline",
+            "model": result.model if spec.model != "offline" else "offline",
             "input_tokens": result.input_tokens,
             "cached_input_tokens": result.cached_input_tokens,
             "output_tokens": result.output_tokens,
@@ -190,7 +269,7 @@ def _llm_step(
         error=error,
         provider=getattr(provider, "name", ""),
         input=input,
-        **{"model": version.model, **fields},
+        **{"model": spec.model, **fields},
     )
 
 
@@ -214,11 +293,18 @@ def _stall_after() -> timedelta:
     return timedelta(seconds=settings.RUN_STALL_SECONDS)
 
 
-def _claim(run_id: int) -> bool:
+class LostClaim(Exception):
+    """Another worker took the run (this one was silent for longer than the stall time):
+    this one stops without writing anything more."""
+
+
+def _claim(run_id: int) -> str:
     """Take the run for this worker: a queued one, or a running one whose worker stopped
-    beating (it died mid-run: the run resumes from its saved state). False when another
-    worker has it, or it ended or was cancelled."""
+    beating (it died mid-run: the run resumes from its saved state). Returns the claim
+    (this worker's mark on the run, which every later state save checks), or "" when
+    another worker has it, or it ended or was cancelled."""
     now = timezone.now()
+    claim = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     claimed = (
         # A stalled run is taken even when cancelled meanwhile: its new worker ends it.
         Run.objects.filter(pk=run_id)
@@ -226,33 +312,48 @@ def _claim(run_id: int) -> bool:
             Q(status=Run.Status.QUEUED, cancel_requested=False)
             | Q(status=Run.Status.RUNNING, heartbeat_at__lt=now - _stall_after())
         )
-        .update(status=Run.Status.RUNNING, worker=socket.gethostname(), heartbeat_at=now)
+        .update(status=Run.Status.RUNNING, worker=claim, heartbeat_at=now)
     )
     # Nothing got updated: another worker got there first, or the run is not ours to take.
-    return claimed == 1
+    return claim if claimed == 1 else ""
 
 
 def stalled_run_ids() -> list[tuple[int, int]]:
-    """(organization id, run id) of executed runs whose worker stopped beating: a
-    periodic task hands them to a worker again, and they resume from their saved state
-    (or, cancelled meanwhile, end cancelled)."""
+    """(organization id, run id) of executed runs no worker is on: running ones whose
+    worker stopped beating, and queued ones whose task never reached a worker (lost with
+    a worker that had taken it, or never sent). A periodic task hands them to a worker
+    again: they resume from their saved state (or, cancelled meanwhile, end cancelled)."""
     from agentops.scoping import dangerously_unscoped
 
+    silent_since = timezone.now() - _stall_after()
     with dangerously_unscoped("the recovery task looks for stalled runs in every organization"):
         return list(
-            Run.objects.filter(
-                status=Run.Status.RUNNING,
-                executed_version__isnull=False,
-                heartbeat_at__lt=timezone.now() - _stall_after(),
-            ).values_list("organization_id", "id")
+            Run.objects.filter(executed=True)
+            .filter(
+                Q(status=Run.Status.RUNNING, heartbeat_at__lt=silent_since)
+                | Q(status=Run.Status.QUEUED, cancel_requested=False, created_at__lt=silent_since)
+            )
+            .values_list("organization_id", "id")
         )
 
 
-def _save_state(run: Run, state: dict) -> None:
-    """The executor's state after every step, so a run whose worker dies resumes there
-    and no model call that already succeeded is made (and paid for) again."""
+def _save_state(run: Run, state: dict) -> bool:
+    """Save the executor's state after a step (and beat), so a run whose worker dies
+    resumes there and no model call that already succeeded is made (and paid for) again.
+    Returns whether the run was cancelled meanwhile; raises LostClaim when another worker
+    has taken the run. One statement."""
     run.execution = state
-    Run.objects.filter(pk=run.pk).update(execution=state, heartbeat_at=timezone.now())
+    field = Run._meta.get_field("execution")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_run SET execution = %s, heartbeat_at = %s WHERE id = %s AND worker = %s "
+            "RETURNING cancel_requested",
+            [field.get_db_prep_save(state, connection), timezone.now(), run.pk, run.worker],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise LostClaim(f"run {run.pk} was taken by another worker")
+    return row[0]
 
 
 # While a model streams a long answer, the worker beats at most this often.
@@ -284,27 +385,44 @@ def run_execute(*, run_id: int) -> None:
     if not _claim(run_id):
         return
     run = Run.objects.select_related("project", "executed_version", "project__organization").get(pk=run_id)
-    version = run.executed_version
+    try:
+        _execute(run)
+    except LostClaim:
+        logger.warning("run %s: another worker took it over; this one stops", run.pk)
+
+
+def _execute(run: Run) -> None:
     project = run.project
     state = dict(run.execution)
-    parameters = {**version.parameters, **state.get("parameters", {})}
-    tools = tools_for(project=project, names=version.tools)
+    if "spec" in state:
+        spec, parameters = Spec(**state["spec"]), state.get("parameters", {})
+    else:  # started before runs kept their spec in their state
+        version = run.executed_version
+        spec, parameters = Spec(**version_spec(version)), {**version.parameters, **state.get("parameters", {})}
+    tools = tools_for(project=project, names=spec.tools)
     definitions = [tool.definition() for tool in tools.values()]
+    definitions += [d for d in spec.tool_definitions if d["function"]["name"] not in tools]
+    replay = state.get("replay") or {}
+    recorded = recorded_tools(run, replay, used=state.get("recorded_used", [])) if replay.get("tool_mode") else None
     try:
-        provider = provider_for(organization=project.organization, model=version.model)
+        provider = provider_for(organization=project.organization, model=spec.model)
     except InvalidRequest as exc:
         _finish(run, status=Run.Status.FAILED, error=exc.message)
         return
 
-    if "conversation" not in state:
+    if not state.get("started"):
         ingest(
             project=project,
             runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.RUNNING})],
             steps=[_root_step(run)],
         )
-        user_input = run.input if isinstance(run.input, str) else json.dumps(run.input)
-        conversation = [{"role": "system", "content": version.system_prompt}] if version.system_prompt else []
-        conversation.append({"role": "user", "content": user_input})
+        state["started"] = True
+    if "conversation" not in state:  # a forked replay starts with the conversation of its source
+        conversation = state.pop("start_conversation", None)  # a replay of an ingested run brings its own
+        if conversation is None:
+            user_input = run.input if isinstance(run.input, str) else json.dumps(run.input)
+            conversation = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
+            conversation.append({"role": "user", "content": user_input})
         ingest(
             project=project,
             messages=[
@@ -313,7 +431,10 @@ def run_execute(*, run_id: int) -> None:
                     message_id=f"m{index}",
                     position=index,
                     role=message["role"],
-                    content=message["content"],
+                    content=message.get("content"),
+                    tool_calls=message.get("tool_calls") or [],
+                    tool_call_id=message.get("tool_call_id", ""),
+                    name=message.get("name", ""),
                 )
                 for index, message in enumerate(conversation)
             ],
@@ -327,35 +448,34 @@ def run_execute(*, run_id: int) -> None:
             recent_actions=[],
             warned="",
         )
-        _save_state(run, state)
+    _save_state(run, state)  # beats, checks the claim, and reads a cancellation
 
     while True:
-        if Run.objects.filter(pk=run.pk, cancel_requested=True).exists():
+        if run.cancel_requested:  # as the last state save read it
             _finish(run, status=Run.Status.CANCELLED, error="cancelled")
             return
         if state["pending"]:
             # The model asked for tools: run them (this is also where a resumed run picks up).
-            outcome = _run_pending_tools(run, state, tools, version)
-            _save_state(run, state)
+            outcome = _run_pending_tools(run, state, tools, spec, recorded)
             if outcome == WAITING:
                 return  # A person decides; the decision queues the run again.
             if outcome:
                 _finish(run, status=Run.Status.FAILED, error=outcome)
                 return
             continue
-        if state["step"] >= version.step_limit:
-            _finish(run, status=Run.Status.FAILED, error=f"the step limit of {version.step_limit} was reached")
+        if state["step"] >= spec.step_limit:
+            _finish(run, status=Run.Status.FAILED, error=f"the step limit of {spec.step_limit} was reached")
             return
         state["step"] += 1
         step = state["step"]
-        if estimate_tokens(state["conversation"]) > COMPACT_AT * context_window(version.model):
-            _compact(run, state, provider, version, parameters)
+        if estimate_tokens(state["conversation"]) > COMPACT_AT * context_window(spec.model):
+            _compact(run, state, provider, spec, parameters)
             _save_state(run, state)
         started = timezone.now()
-        stream = TextStream(run=run, step=step, model=version.model)
+        stream = TextStream(run=run, step=step, model=spec.model)
         try:
             result = provider.chat(
-                model=version.model,
+                model=spec.model,
                 messages=state["conversation"],
                 tools=definitions,
                 parameters=parameters,
@@ -370,10 +490,10 @@ def run_execute(*, run_id: int) -> None:
                     _llm_step(
                         run,
                         f"llm-{step}",
-                        f"chat {version.model}",
+                        f"chat {spec.model}",
                         ROOT_SPAN,
                         provider,
-                        version,
+                        spec,
                         started,
                         input={"messages": state["conversation"]},
                         error=str(exc),
@@ -384,45 +504,54 @@ def run_execute(*, run_id: int) -> None:
             return
         stream.close()
         position = state["position"]
-        ingest(
-            project=project,
-            steps=[
-                _llm_step(
-                    run,
-                    f"llm-{step}",
-                    f"chat {version.model}",
-                    ROOT_SPAN,
-                    provider,
-                    version,
-                    started,
-                    input={"messages": state["conversation"], "parameters": parameters},
-                    result=result,
-                )
-            ],
-            messages=[
-                MessageEvent(
-                    trace_id=run.trace_id,
-                    message_id=f"m{position}",
-                    position=position,
-                    role="assistant",
-                    content=result.content,
-                    tool_calls=result.tool_calls,
-                    finish_reason=result.finish_reason,
-                    span_id=f"llm-{step}",
-                    tokens=result.output_tokens,
-                )
-            ],
-        )
-        state["conversation"].append(_assistant_message(result.content, result.tool_calls))
-        state["position"] = position + 1
-        state["pending"] = [{**call, "index": index} for index, call in enumerate(result.tool_calls)]
-        _save_state(run, state)
+        # The model call and the state that says it was made are saved together: a worker
+        # that dies after this commit resumes past the call, one that dies before it makes
+        # the call again with nothing of the first stored.
+        with transaction.atomic():
+            _store_answer(run, state, step, spec, provider, started, parameters, result, position)
         if not result.tool_calls:
             _finish(run, status=Run.Status.SUCCEEDED, output=result.content)
             return
 
 
-def _compact(run: Run, state: dict, provider, version: AgentVersion, parameters: dict) -> None:
+def _store_answer(run, state, step, spec, provider, started, parameters, result, position) -> None:
+    """Store a model call (its llm step and the assistant's message) and the state after it."""
+    ingest(
+        project=run.project,
+        steps=[
+            _llm_step(
+                run,
+                f"llm-{step}",
+                f"chat {spec.model}",
+                ROOT_SPAN,
+                provider,
+                spec,
+                started,
+                input={"messages": state["conversation"], "parameters": parameters},
+                result=result,
+            )
+        ],
+        messages=[
+            MessageEvent(
+                trace_id=run.trace_id,
+                message_id=f"m{position}",
+                position=position,
+                role="assistant",
+                content=result.content,
+                tool_calls=result.tool_calls,
+                finish_reason=result.finish_reason,
+                span_id=f"llm-{step}",
+                tokens=result.output_tokens,
+            )
+        ],
+    )
+    state["conversation"].append(_assistant_message(result.content, result.tool_calls))
+    state["position"] = position + 1
+    state["pending"] = [{**call, "index": index} for index, call in enumerate(result.tool_calls)]
+    _save_state(run, state)
+
+
+def _compact(run: Run, state: dict, provider, spec: Spec, parameters: dict) -> None:
     """Shrink a conversation that nears the model's context window: keep the system
     prompt, the first user message and the most recent messages, replace the middle by
     a summary the model writes, and record both the summarising call and the compaction
@@ -450,7 +579,7 @@ def _compact(run: Run, state: dict, provider, version: AgentVersion, parameters:
     ]
     try:
         result = provider.chat(
-            model=version.model,
+            model=spec.model,
             messages=request,
             tools=[],
             parameters=parameters,
@@ -481,7 +610,7 @@ def _compact(run: Run, state: dict, provider, version: AgentVersion, parameters:
                 "messages_after": len(compacted),
                 "estimated_tokens_before": before,
                 "estimated_tokens_after": estimate_tokens(compacted),
-                "context_window": context_window(version.model),
+                "context_window": context_window(spec.model),
             },
         )
     ]
@@ -490,10 +619,10 @@ def _compact(run: Run, state: dict, provider, version: AgentVersion, parameters:
             _llm_step(
                 run,
                 f"compaction-{step}-llm",
-                f"summarise {version.model}",
+                f"summarise {spec.model}",
                 f"compaction-{step}",
                 provider,
-                version,
+                spec,
                 started,
                 input={"messages": request},
                 result=result,
@@ -505,14 +634,14 @@ def _compact(run: Run, state: dict, provider, version: AgentVersion, parameters:
     state["compactions"] = state.get("compactions", 0) + 1
 
 
-def _run_pending_tools(run: Run, state: dict, tools: dict, version: AgentVersion) -> str:
+def _run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=None) -> str:
     """Run the tool calls the model asked for, one by one, saving after each. Returns
     WAITING when a call needs a person's approval first, a reason to stop the run, or ""
     to go on."""
     while state["pending"]:
         call = state["pending"][0]
         refusal = ""
-        if call["name"] in version.approval_tools:
+        if call["name"] in spec.approval_tools:
             approval = Approval.objects.filter(run=run, call_id=call["id"]).first()
             if approval is None or approval.status == Approval.Status.PENDING:
                 if approval is None:
@@ -524,7 +653,7 @@ def _run_pending_tools(run: Run, state: dict, tools: dict, version: AgentVersion
                 refusal = "a person rejected this call" + (f": {approval.reason}" if approval.reason else "")
             else:
                 refusal = "nobody approved this call in time"
-        state["position"] = _run_tool(
+        events, state["position"], stop = _run_tool(
             run,
             state["step"],
             call["index"],
@@ -534,17 +663,21 @@ def _run_pending_tools(run: Run, state: dict, tools: dict, version: AgentVersion
             state["conversation"],
             state["position"],
             refusal=refusal,
+            recorded=recorded,
         )
         state["pending"] = state["pending"][1:]
-        _save_state(run, state)
+        if recorded is not None:
+            state["recorded_used"] = recorded.used
         signature = _action_signature(call)
         recent = [*state["recent_actions"], signature][-REPEAT_LIMIT - 1 :]
         state["recent_actions"] = recent
         # How many of the latest actions, counting back, are this same one.
         repeats = next((i for i, action in enumerate(reversed(recent)) if action != signature), len(recent))
         if repeats > REPEAT_LIMIT and state["warned"] == signature:
-            return f"repeated action: {call['name']} was called with the same arguments {repeats} times in a row"
-        if repeats >= REPEAT_LIMIT and state["warned"] != signature:
+            stop = stop or (
+                f"repeated action: {call['name']} was called with the same arguments {repeats} times in a row"
+            )
+        elif repeats >= REPEAT_LIMIT and state["warned"] != signature:
             state["warned"] = signature
             note = (
                 f"You have called {call['name']} with the same arguments {repeats} times in a row. "
@@ -552,32 +685,52 @@ def _run_pending_tools(run: Run, state: dict, tools: dict, version: AgentVersion
                 "or give your answer."
             )
             state["conversation"].append({"role": "user", "content": note})
-            ingest(
-                project=run.project,
-                messages=[
-                    MessageEvent(
-                        trace_id=run.trace_id,
-                        message_id=f"m{state['position']}",
-                        position=state["position"],
-                        role="user",
-                        content=note,
-                        name="agentops",
-                    )
-                ],
+            events["messages"].append(
+                MessageEvent(
+                    trace_id=run.trace_id,
+                    message_id=f"m{state['position']}",
+                    position=state["position"],
+                    role="user",
+                    content=note,
+                    name="agentops",
+                )
             )
             state["position"] += 1
+        # The tool call and the state that says it was made are saved together (a tool
+        # call in flight when a worker dies is made again: nothing of it was stored).
+        with transaction.atomic():
+            ingest(project=run.project, **events)
+            _save_state(run, state)
+        if stop:
+            return stop
     return ""
 
 
-def _run_tool(run, step, index, call, tools, memory, conversation, position, refusal: str = "") -> int:
+def _run_tool(
+    run, step, index, call, tools, memory, conversation, position, refusal: str = "", recorded=None
+) -> tuple[dict, int, str]:
+    """Run one tool call (or serve it from the recording of a replay's source run).
+    Returns what to store of it (ingest's keyword arguments), the next message position,
+    and a reason to stop the run or ""."""
     span_id = f"tool-{step}-{index}"
     started: datetime = timezone.now()
     tick = time.perf_counter()
     tool = tools.get(call["name"])
-    error, result = "", None
+    error, result, stop, attributes = "", None, "", {}
     before = json.dumps(memory, sort_keys=True, default=str)
+    served = None
+    if not refusal and recorded is not None and call["name"] not in LOCAL_STATE_TOOLS:
+        served = recorded.take(call["name"], call["arguments"])
+        if served is None and recorded.unmatched == "fail":
+            refusal = stop = (
+                f"replay: the model called {call['name']} with arguments the original run never used "
+                f"({json.dumps(call['arguments'], default=str)[:200]}), and unmatched calls fail the replay"
+            )
+        attributes = {"served": "recorded" if served else "live", "recorded_call_id": served.call_id if served else ""}
     if refusal:
         error = refusal
+    elif served is not None:
+        result, error = served.result, served.error
     elif tool is None:
         error = f"unknown tool {call['name']!r}"
     else:
@@ -586,7 +739,9 @@ def _run_tool(run, step, index, call, tools, memory, conversation, position, ref
         except ToolError as exc:
             error = str(exc)
     latency_ms = (time.perf_counter() - tick) * 1000
-    content = json.dumps({"error": error} if error else result, default=str)
+    # Keys sorted: a result served from a recording comes back from jsonb in its own key
+    # order, and must read to the model exactly as the live result did.
+    content = json.dumps({"error": error} if error else result, default=str, sort_keys=True)
     conversation.append({"role": "tool", "tool_call_id": call["id"], "name": call["name"], "content": content})
     snapshots = []
     if json.dumps(memory, sort_keys=True, default=str) != before:
@@ -600,8 +755,7 @@ def _run_tool(run, step, index, call, tools, memory, conversation, position, ref
                 taken_at=timezone.now(),
             )
         )
-    ingest(
-        project=run.project,
+    events = dict(
         steps=[
             StepEvent(
                 trace_id=run.trace_id,
@@ -615,6 +769,7 @@ def _run_tool(run, step, index, call, tools, memory, conversation, position, ref
                 error=error,
                 input=call["arguments"],
                 output=result,
+                attributes=attributes,
             )
         ],
         tool_calls=[
@@ -644,4 +799,4 @@ def _run_tool(run, step, index, call, tools, memory, conversation, position, ref
         ],
         snapshots=snapshots,
     )
-    return position + 1
+    return events, position + 1, stop

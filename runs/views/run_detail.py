@@ -22,6 +22,7 @@ from agentops.pages import Need, ProjectPage
 from runs import selectors
 from runs.models import Approval, Run, Step
 from runs.views import display, run_tabs
+from runs.views.replays import replay_context
 from runs.views.run_tabs import STEP_PAYLOADS, chat, memory_entries, run_family, trace_rows
 
 TABS = {"trace": "Trace", "transcript": "Transcript", "tools": "Tool calls", "memory": "Memory"}
@@ -107,7 +108,7 @@ class RunPageMixin:
 def run_approvals(run: Run) -> list[Approval]:
     """The run's approvals for its header (one query; only runs the platform executed have
     any), each with ``arguments_text``: its arguments as indented JSON, to edit."""
-    if not run.executed_version_id:
+    if not run.executed:
         return []
     approvals = list(Approval.objects.filter(run=run).select_related("decided_by"))
     for approval in approvals:
@@ -152,6 +153,7 @@ class RunDetailPage(RunPageMixin, ProjectPage):
                 "tab": tab,
                 "tabs": tabs(run),
                 "family": run_family(project=self.project, run=run),
+                **replay_context(self, run),
                 "selected": selected,
                 **(step_panel_context(run, selected, self.urls(run)) if selected else {}),
             },

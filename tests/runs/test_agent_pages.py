@@ -193,7 +193,7 @@ def test_member_creates_edits_starts_and_cancels(signed_in, tenant, django_captu
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         started = client.post(f"{BASE}/agents/{agent.pk}/runs/", {"input": "What is 6 * 7?", "version": ""})
     # The run is handed to a worker once committed (no worker here: the message waits in Redis).
-    assert any(callback.__qualname__.startswith("run_start.") for callback in callbacks)
+    assert any(callback.__qualname__.startswith("create_executed_run.") for callback in callbacks)
     with organization_scope(tenant.organization):
         run = Run.objects.get(project=tenant.project)
     assert started.status_code == 302 and started["Location"] == f"{BASE}/{run.pk}/"

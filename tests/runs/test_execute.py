@@ -253,3 +253,50 @@ def test_a_model_call_that_is_too_slow_fails_the_run(tenant, fake_mistral, setti
         run_execute(run_id=run.pk)
         run.refresh_from_db()
     assert run.status == "failed" and run.error.startswith("step 1: calling Mistral failed")
+
+
+def test_a_worker_whose_run_was_taken_over_stops_without_writing(tenant, fake_mistral, monkeypatch):
+    """A worker silent past RUN_STALL_SECONDS (not dead, only slow) may see its run
+    handed to another: its late answer is not stored, and it does not end the run."""
+    from agentops.llm.mistral import MistralProvider
+
+    fake_mistral.reply(completion(content="late answer"))
+    with organization_scope(tenant.organization):
+        _use_fake_mistral(tenant, fake_mistral)
+        run = _start(tenant, model="mistral-small-latest")
+        answer = MistralProvider.chat
+
+        def slow_chat(self, **kwargs):
+            result = answer(self, **kwargs)
+            # Meanwhile the recovery task gave the run to another worker.
+            Run.objects.filter(pk=run.pk).update(worker="other-host:1:abcd")
+            return result
+
+        monkeypatch.setattr(MistralProvider, "chat", slow_chat)
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        kinds = sorted(Step.objects.filter(run=run).values_list("kind", flat=True))
+    assert run.status == "running" and run.worker == "other-host:1:abcd"
+    assert kinds == ["agent"], "the late model call was not stored"
+    assert "late answer" not in str(run.execution)
+
+
+def test_a_queued_run_no_worker_took_is_handed_out_again(tenant):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.services import execute
+
+    with organization_scope(tenant.organization):
+        run = _start(tenant)
+        cancelled = run_start(
+            project=tenant.project, agent=run.executed_version.agent, actor=tenant.member, input="1+1"
+        )
+        run_cancel(run=cancelled, actor=tenant.member)
+        assert execute.stalled_run_ids() == []  # just queued: its task is on its way
+        Run.objects.filter(pk__in=[run.pk, cancelled.pk]).update(created_at=timezone.now() - timedelta(minutes=10))
+        assert execute.stalled_run_ids() == [(tenant.organization.pk, run.pk)]
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+    assert run.status == "succeeded"
