@@ -1,10 +1,10 @@
 from django.contrib import admin
 
-from billing.models import ModelPrice
+from billing.models import Price
 from billing.services import prices_changed
 
 
-@admin.register(ModelPrice)
+@admin.register(Price)
 class ModelPriceAdmin(admin.ModelAdmin):
     list_display = [
         "pattern",

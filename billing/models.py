@@ -1,38 +1,248 @@
-"""The price table: what a million tokens of a model cost. The billing issue grows it
-into a versioned catalog with organization overrides; the cost function in
-``billing.services`` is the seam that stays."""
+"""Billing: the versioned price catalog, the usage ledger, budgets and their alerts, and
+the audited cost recomputations.
 
+- ``Price``: one version of one price. LLM tokens (per million input, cached input and
+  output tokens), tool units (per call, character or second) and GPU hours (per hardware
+  type, optionally per backend). A price is found by its pattern (exact name, prefix or
+  regular expression, with a priority); changing a price adds a version with a later
+  ``effective_from`` and old versions stay. An organization's negotiated prices
+  (``organization`` set) win over the public ones. Drafts are never used for costing,
+  only to preview a recompute.
+- ``UsageDaily``: the ledger, per day, organization, project, agent, model, API key and
+  end user, maintained incrementally from ``RunUsage`` (each run's own contribution) so
+  billing pages never scan raw steps, and a run later deleted by retention keeps its cost.
+- ``Budget`` / ``BudgetAlert``: spend limits and every alert raised.
+- ``CostRevision`` / ``StepCostChange``: a recompute applied by staff, keeping old amounts.
+"""
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.utils import timezone
 
+from agentops.scoping import TenantModel
 
-class ModelPrice(models.Model):
-    """The price of one model (or family of models) in USD per million tokens."""
+MONEY = {"max_digits": 18, "decimal_places": 9}
+RATE = {"max_digits": 14, "decimal_places": 6}
+
+
+class Price(models.Model):
+    """One version of one price (see the module docstring)."""
+
+    class Kind(models.TextChoices):
+        LLM = "llm", "LLM tokens"
+        TOOL = "tool", "Tool units"
+        GPU = "gpu", "GPU hours"
 
     class Match(models.TextChoices):
         EXACT = "exact", "Exact name"
         PREFIX = "prefix", "Name prefix"
         REGEX = "regex", "Regular expression"
 
-    pattern = models.CharField(max_length=200, help_text="Model name, prefix or regular expression.")
+    class Unit(models.TextChoices):
+        CALL = "call", "per call"
+        CHARACTER = "character", "per character"
+        SECOND = "second", "per second"
+
+    class Status(models.TextChoices):
+        PUBLISHED = "published", "Published"
+        DRAFT = "draft", "Draft (only for recompute previews)"
+
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.LLM)
+    pattern = models.CharField(max_length=200, help_text="Model, tool or hardware name, prefix or regular expression.")
     match = models.CharField(max_length=8, choices=Match.choices, default=Match.EXACT)
     priority = models.IntegerField(
         default=0, help_text="Higher wins when several patterns match; exact names win over prefixes and regexes."
     )
-    provider = models.CharField(max_length=64, blank=True)
-    input_per_million = models.DecimalField(max_digits=12, decimal_places=6)
-    cached_input_per_million = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
-    output_per_million = models.DecimalField(max_digits=12, decimal_places=6)
+    provider = models.CharField(max_length=64, blank=True, help_text="Model provider, or the GPU backend.")
+    organization = models.ForeignKey(
+        "agentops.Organization",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="negotiated_prices",
+        help_text="Set: this organization's negotiated price, which wins over the public ones.",
+    )
+    # LLM tokens, in the currency per million tokens.
+    input_per_million = models.DecimalField(null=True, blank=True, **RATE)
+    cached_input_per_million = models.DecimalField(null=True, blank=True, **RATE)
+    output_per_million = models.DecimalField(null=True, blank=True, **RATE)
+    # Tool units.
+    unit = models.CharField(max_length=16, choices=Unit.choices, blank=True)
+    unit_price = models.DecimalField(null=True, blank=True, **RATE)
+    # GPU hours.
+    hourly = models.DecimalField(null=True, blank=True, **RATE)
     currency = models.CharField(max_length=3, default="USD")
     source = models.CharField(max_length=300, blank=True, help_text="Where the price was read, and when.")
     effective_from = models.DateTimeField(default=timezone.now)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PUBLISHED)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        ordering = ["-priority", "pattern"]
+        ordering = ["kind", "-priority", "pattern", "-effective_from"]
         constraints = [
-            models.UniqueConstraint(fields=["pattern", "match", "effective_from"], name="model_price_unique")
+            models.UniqueConstraint(
+                fields=["kind", "organization", "pattern", "match", "provider", "effective_from"],
+                condition=models.Q(status="published"),
+                nulls_distinct=False,
+                name="price_version_unique",
+            )
         ]
+        indexes = [models.Index(fields=["kind", "status"])]
 
     def __str__(self) -> str:
-        return f"{self.pattern} ({self.match})"
+        owner = f" for {self.organization}" if self.organization_id else ""
+        return f"{self.get_kind_display()}: {self.pattern} ({self.match}){owner} from {self.effective_from:%Y-%m-%d}"
+
+
+class RunUsage(TenantModel):
+    """One run's contribution to the ledger, per day and model: recomputed from the run's
+    steps whenever the run changes, the difference applied to ``UsageDaily``. ``run_id``
+    is not a foreign key: the ledger keeps a run's cost after retention deletes it."""
+
+    run_id = models.BigIntegerField()
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    agent_name = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    api_key = models.ForeignKey("agentops.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    end_user_id = models.CharField(max_length=200, blank=True)
+    input_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(default=0, **MONEY)
+    steps = models.IntegerField(default=0)
+    unpriced_steps = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run_id", "day", "model"], name="run_usage_unique")]
+
+
+class UsageDaily(TenantModel):
+    """The ledger: usage and cost per day and dimension (see the module docstring)."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    agent_name = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    api_key = models.ForeignKey("agentops.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    end_user_id = models.CharField(max_length=200, blank=True)
+    input_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(default=0, **MONEY)
+    steps = models.BigIntegerField(default=0)
+    unpriced_steps = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "day", "agent_name", "model", "api_key", "end_user_id"],
+                nulls_distinct=False,
+                name="usage_daily_unique",
+            )
+        ]
+        indexes = [models.Index(fields=["organization", "day"]), models.Index(fields=["project", "day"])]
+
+
+class LedgerBacklog(models.Model):
+    """Runs whose ledger contribution must be recomputed: written by ingest in the same
+    transaction as the steps, drained by the ledger task."""
+
+    run_id = models.BigIntegerField(unique=True)
+    organization_id = models.BigIntegerField()
+    marked_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}"
+
+
+class Budget(TenantModel):
+    """A spend limit for an organization, a project or an API key, per month or day."""
+
+    class Scope(models.TextChoices):
+        ORGANIZATION = "organization", "Organization"
+        PROJECT = "project", "Project"
+        API_KEY = "api_key", "API key"
+
+    class Period(models.TextChoices):
+        MONTHLY = "monthly", "Monthly"
+        DAILY = "daily", "Daily"
+
+    name = models.CharField(max_length=100)
+    scope = models.CharField(max_length=16, choices=Scope.choices, default=Scope.ORGANIZATION)
+    project = models.ForeignKey("agentops.Project", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    api_key = models.ForeignKey("agentops.ApiKey", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    period = models.CharField(max_length=8, choices=Period.choices, default=Period.MONTHLY)
+    amount = models.DecimalField(max_digits=14, decimal_places=2, help_text="The limit, in USD per period.")
+    thresholds = ArrayField(models.PositiveIntegerField(), default=list, blank=True, help_text="Percentages.")
+    hard_limit = models.BooleanField(
+        default=False, help_text="Block new executed runs, replays, experiments and jobs once reached."
+    )
+    notify_emails = ArrayField(models.EmailField(), default=list, blank=True)
+    webhook_ciphertext = models.TextField(blank=True, help_text="Slack-compatible webhook URL, encrypted at rest.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class BudgetAlert(TenantModel):
+    """An alert raised: a budget threshold crossed (once per threshold and period), or a
+    spend spike (once per day)."""
+
+    class Kind(models.TextChoices):
+        THRESHOLD = "threshold", "Budget threshold"
+        SPIKE = "spike", "Spend spike"
+
+    budget = models.ForeignKey(Budget, null=True, blank=True, on_delete=models.CASCADE, related_name="alerts")
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    period_start = models.DateField()
+    threshold = models.PositiveIntegerField(default=0)
+    spend = models.DecimalField(default=0, **MONEY)
+    limit = models.DecimalField(null=True, blank=True, **MONEY)
+    message = models.TextField()
+    deliveries = models.JSONField(default=dict, blank=True, help_text="Channel -> outcome (in-app, email, webhook).")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "budget", "kind", "period_start", "threshold"],
+                nulls_distinct=False,
+                name="budget_alert_once",
+            )
+        ]
+
+
+class CostRevision(models.Model):
+    """A recompute applied by staff: the steps of a time range priced again with another
+    price version; the old amounts are kept in ``StepCostChange``."""
+
+    price = models.ForeignKey(Price, on_delete=models.PROTECT, related_name="+")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    summary = models.JSONField(default=dict, help_text="Per organization and model: old and new totals.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"recompute {self.pk} with {self.price}"
+
+
+class StepCostChange(models.Model):
+    revision = models.ForeignKey(CostRevision, on_delete=models.CASCADE, related_name="changes")
+    step_id = models.BigIntegerField()
+    run_id = models.BigIntegerField()
+    organization_id = models.BigIntegerField()
+    old_cost = models.DecimalField(null=True, **MONEY)
+    new_cost = models.DecimalField(null=True, **MONEY)
+    old_price_id = models.BigIntegerField(null=True)
+    new_price_id = models.BigIntegerField(null=True)
+
+    def __str__(self) -> str:
+        return f"step {self.step_id}: {self.old_cost} -> {self.new_cost}"

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing.models import ModelPrice
+from billing import models as catalog
 
 MILLION = Decimal(1_000_000)
 # The price table is small and read for every stored step: each process keeps it in
@@ -53,7 +53,9 @@ def _prices() -> list[Price]:
                     p.output_per_million,
                     p.effective_from,
                 )
-                for p in ModelPrice.objects.all()
+                for p in catalog.Price.objects.filter(
+                    kind=catalog.Price.Kind.LLM, status=catalog.Price.Status.PUBLISHED, organization__isnull=True
+                )
             ]
             _cache["loaded_at"] = time.monotonic()
         return _cache["prices"]
@@ -68,9 +70,9 @@ def prices_changed() -> None:
 def _matches(price: Price, model: str) -> bool:
     """Whether ``price`` applies to ``model`` (lowercased): names and prefixes entered
     with capitals in the admin match too."""
-    if price.match == ModelPrice.Match.EXACT:
+    if price.match == catalog.Price.Match.EXACT:
         return model == price.pattern.lower()
-    if price.match == ModelPrice.Match.PREFIX:
+    if price.match == catalog.Price.Match.PREFIX:
         return model.startswith(price.pattern.lower())
     try:
         return re.fullmatch(price.pattern, model, re.IGNORECASE) is not None
@@ -78,7 +80,7 @@ def _matches(price: Price, model: str) -> bool:
         return False
 
 
-_MATCH_RANK = {ModelPrice.Match.EXACT: 2, ModelPrice.Match.PREFIX: 1, ModelPrice.Match.REGEX: 0}
+_MATCH_RANK = {catalog.Price.Match.EXACT: 2, catalog.Price.Match.PREFIX: 1, catalog.Price.Match.REGEX: 0}
 
 
 def price_for(*, model: str, at: datetime | None = None) -> Price | None:

@@ -68,6 +68,8 @@ class Run(TenantModel):
     executed_version = models.ForeignKey(
         "runs.AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
+    # The API key that sent the run (ingestion) or started it (execution): the ledger's key dimension.
+    api_key = models.ForeignKey("agentops.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     # A replay's source run (runs.services.replay); its settings are in ``execution["replay"]``.
     replay_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays")
     cancel_requested = models.BooleanField(default=False)
@@ -131,7 +133,7 @@ class Step(TenantModel):
     output_tokens = models.BigIntegerField(default=0)
     cost = models.DecimalField(null=True, blank=True, **MONEY)
     unpriced = models.BooleanField(default=False, help_text="A model call whose model has no price.")
-    price = models.ForeignKey("billing.ModelPrice", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    price = models.ForeignKey("billing.Price", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     input = PayloadJSONField(null=True, blank=True)
     output = PayloadJSONField(null=True, blank=True)
     attributes = PayloadJSONField(default=dict, blank=True)

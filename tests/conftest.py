@@ -129,10 +129,10 @@ def _seeded_price_table(request):
         yield
         return
     request.getfixturevalue("django_db_setup")
-    from billing.models import ModelPrice
+    from billing.models import Price
     from billing.seed import seed_prices
 
     with request.getfixturevalue("django_db_blocker").unblock():
-        seed_prices(ModelPrice)
+        seed_prices(Price)
     yield
     prices_changed()

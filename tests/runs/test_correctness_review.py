@@ -281,10 +281,10 @@ def test_a_step_older_than_the_first_recorded_price_is_priced_with_it(db):
 
 
 def test_price_patterns_match_whatever_their_case(db):
-    from billing.models import ModelPrice
+    from billing.models import Price
     from billing.services import prices_changed
 
-    ModelPrice.objects.create(
+    Price.objects.create(
         pattern="Acme-Chat-", match="prefix", input_per_million=Decimal("1"), output_per_million=Decimal("1")
     )
     prices_changed()
