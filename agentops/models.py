@@ -155,10 +155,14 @@ class ProviderSecret(TenantModel):
 
 class AuditEvent(TenantModel):
     """Append-only record of who did what. A database trigger refuses updates and
-    deletes; events outlive the organization they describe (no foreign-key cascade)."""
+    deletes; events outlive the organization they describe (no foreign-key cascade).
+    Platform-wide changes made by staff (public prices) have no organization: only staff
+    read them, in the admin."""
 
-    organization = models.ForeignKey(Organization, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
-    organization_slug = models.CharField(max_length=50)
+    organization = models.ForeignKey(
+        Organization, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    organization_slug = models.CharField(max_length=50, blank=True)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
     )

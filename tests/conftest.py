@@ -130,9 +130,9 @@ def _seeded_price_table(request):
         return
     request.getfixturevalue("django_db_setup")
     from billing.models import Price
-    from billing.seed import seed_prices
+    from billing.seed import seed_catalog
 
     with request.getfixturevalue("django_db_blocker").unblock():
-        seed_prices(Price)
+        seed_catalog(Price)
     yield
     prices_changed()

@@ -3,27 +3,29 @@
 from __future__ import annotations
 
 from agentops.models import ApiKey, AuditEvent, Organization
+from agentops.scoping import dangerously_unscoped
 
 
 def audit_record(
     *,
-    organization: Organization,
+    organization: Organization | None,
     actor,
     action: str,
     target=None,
     data: dict | None = None,
     ip: str | None = None,
 ) -> AuditEvent:
-    """Record that ``actor`` (a user, an API key or None for the system) did ``action``."""
+    """Record that ``actor`` (a user, an API key or None for the system) did ``action``
+    in ``organization`` (None: a platform-wide change by staff, such as a public price)."""
     if isinstance(actor, ApiKey):
         actor_user, actor_label = None, f"API key {actor.prefix}"
     elif actor is not None:
         actor_user, actor_label = actor, actor.email or actor.get_username()
     else:
         actor_user, actor_label = None, "system"
-    return AuditEvent.objects.create(
+    fields = dict(
         organization=organization,
-        organization_slug=organization.slug,
+        organization_slug=organization.slug if organization is not None else "",
         actor=actor_user,
         actor_label=actor_label,
         action=action,
@@ -33,3 +35,7 @@ def audit_record(
         data=data or {},
         ip_address=ip,
     )
+    if organization is None:
+        with dangerously_unscoped("a platform-wide change belongs to no organization"):
+            return AuditEvent.objects.create(**fields)
+    return AuditEvent.objects.create(**fields)
