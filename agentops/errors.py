@@ -30,3 +30,10 @@ class NotFound(ServiceError):
 class Conflict(ServiceError):
     status = 409
     code = "conflict"
+
+
+class PaymentRequired(ServiceError):
+    """A hard-limit budget is reached: the work would spend money the organization capped."""
+
+    status = 402
+    code = "budget_exceeded"

@@ -265,6 +265,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "agentops.tasks.purge_old_invitations",
         "schedule": timedelta(days=1),
     },
+    "refresh-ledger": {
+        "task": "billing.tasks.refresh_ledger",
+        "schedule": timedelta(seconds=10),
+        # Stale when no worker took it: the next one drains the same backlog.
+        "options": {"expires": 10},
+    },
 }
 
 # --- Authentication (django-allauth).

@@ -63,7 +63,7 @@ class Run(TenantModel):
     latency_ms = models.BigIntegerField(null=True, blank=True)
     search = SearchVectorField(null=True, editable=False)
     # Runs the platform executes itself (runs.services.execute): agent runs and replays.
-    executed = models.BooleanField(default=False, help_text="Run by the platform's executor.")
+    executed = models.BooleanField(default=False, db_default=False, help_text="Run by the platform's executor.")
     # The agent version an executed run used (none for a replay of an ingested run).
     executed_version = models.ForeignKey(
         "runs.AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"

@@ -8,6 +8,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from agentops.api.idempotency import idempotent
+from agentops.models import ApiKey
 from runs import selectors
 from runs.api.serializers import RunDetailSerializer
 from runs.api.views import RunsEndpoint
@@ -44,6 +45,34 @@ class ReplayStartSerializer(serializers.Serializer):
     )
 
 
+class ReplayRunSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    step_count = serializers.IntegerField()
+    tokens = serializers.IntegerField()
+    cost = serializers.DecimalField(max_digits=18, decimal_places=9)
+    latency_ms = serializers.IntegerField(allow_null=True)
+
+
+class ReplayGroupSerializer(serializers.Serializer):
+    group = serializers.CharField()
+    tool_mode = serializers.CharField()
+    unmatched = serializers.CharField()
+    fork_step = serializers.IntegerField(allow_null=True)
+    overrides = serializers.DictField()
+    created_at = serializers.DateTimeField()
+    runs = ReplayRunSerializer(many=True)
+    ended = serializers.IntegerField()
+    succeeded = serializers.IntegerField()
+    agreement = serializers.FloatField(allow_null=True, help_text="Share of ended replays with the most common output.")
+    distinct_outputs = serializers.IntegerField()
+    spread = serializers.DictField(help_text="min, max, mean, stdev of step_count, tokens, cost, latency_ms.")
+
+
+class ReplayListSerializer(serializers.Serializer):
+    replays = ReplayGroupSerializer(many=True)
+
+
 class ReplayStartedSerializer(serializers.Serializer):
     group = serializers.CharField()
     runs = RunDetailSerializer(many=True)
@@ -57,9 +86,9 @@ class RunReplaysView(RunsEndpoint):
     permissions = {"GET": "work:read", "POST": "work:write"}
     pagination_class = None
 
-    @extend_schema(request=None, responses={200: serializers.DictField()})
+    @extend_schema(request=None, responses={200: ReplayListSerializer})
     def get(self, request, org_slug, project_slug, run_id):
-        return Response({"replays": replay_groups(self.get_run())})
+        return Response(ReplayListSerializer({"replays": replay_groups(self.get_run())}).data)
 
     @extend_schema(request=ReplayStartSerializer, responses={202: ReplayStartedSerializer})
     @idempotent
@@ -75,6 +104,7 @@ class RunReplaysView(RunsEndpoint):
             unmatched=data["unmatched"],
             fork_step=data["fork_step"],
             repeat=data["repeat"],
+            api_key=request.auth if isinstance(request.auth, ApiKey) else None,
             ip=self.client_ip,
         )
         fresh = [selectors.run_detail(project=self.project, run_id=run.pk) for run in runs]

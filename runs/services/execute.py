@@ -30,6 +30,7 @@ from agentops.llm.base import ProviderError
 from agentops.llm.context import context_window, estimate_tokens
 from agentops.llm.providers import provider_for
 from agentops.services.audit import audit_record
+from billing.budgets import check_work_allowed
 from runs.live import TextStream
 from runs.models import Agent, AgentVersion, Approval, Run
 from runs.services.agents import clean_parameters
@@ -90,10 +91,12 @@ def run_start(
     input: Any,
     version_number: int | None = None,
     parameters: dict | None = None,
+    api_key=None,
     ip: str | None = None,
 ) -> Run:
     """Create a queued run of ``agent`` (its latest version unless one is named) and hand
-    it to a worker once the transaction commits."""
+    it to a worker once the transaction commits. ``api_key``: the key that asked for it.
+    Refused with 402 when a hard budget covering the project (or key) is spent."""
     number = version_number or agent.latest_version
     version = AgentVersion.objects.filter(agent=agent, number=number).first()
     if version is None:
@@ -101,9 +104,11 @@ def run_start(
     if input in (None, ""):
         raise InvalidRequest("give the run an input (the user's message)")
     overrides = clean_parameters(parameters)
+    check_work_allowed(project=project, api_key=api_key, work="run")
     return create_executed_run(
         project=project,
         actor=actor,
+        api_key=api_key,
         name=agent.name,
         agent_name=agent.name,
         version=version,
@@ -129,6 +134,7 @@ def create_executed_run(
     state: dict | None = None,
     replay_of: Run | None = None,
     prefix: dict | None = None,
+    api_key=None,
     ip: str | None = None,
 ) -> Run:
     """Store a queued executed run (an agent run or a replay) and hand it to a worker
@@ -162,8 +168,9 @@ def create_executed_run(
         run.executed = True
         run.executed_version = version
         run.replay_of = replay_of
+        run.api_key = api_key
         run.execution = {**(state or {}), "parameters": parameters, "spec": spec}
-        run.save(update_fields=["executed", "executed_version", "replay_of", "execution"])
+        run.save(update_fields=["executed", "executed_version", "replay_of", "api_key", "execution"])
         if prefix:
             ingest(
                 project=project, **{key: [_retraced(item, trace_id) for item in items] for key, items in prefix.items()}

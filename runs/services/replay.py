@@ -24,6 +24,7 @@ from typing import Any
 from django.db.models import Q
 
 from agentops.errors import Conflict, InvalidRequest
+from billing.budgets import check_work_allowed
 from runs.models import AgentVersion, MemorySnapshot, Message, Run, Step, ToolCall
 from runs.services.agents import clean_parameters
 from runs.services.execute import ROOT_SPAN, Spec, create_executed_run, version_spec
@@ -48,9 +49,11 @@ def replay_start(
     unmatched: str = "fail",
     fork_step: int | None = None,
     repeat: int = 1,
+    api_key=None,
     ip: str | None = None,
 ) -> list[Run]:
-    """Queue ``repeat`` replays of ``source`` (see the module docstring); returns them."""
+    """Queue ``repeat`` replays of ``source`` (see the module docstring); returns them.
+    Refused with 402 when a hard budget covering the project (or key) is spent."""
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(OVERRIDES))
     if unknown:
@@ -65,6 +68,7 @@ def replay_start(
         raise InvalidRequest("fork_step must be a whole number from 1 (the first model call)")
     if source.status not in ENDED:
         raise Conflict(f"the run is still {source.status}: replay it once it has ended")
+    check_work_allowed(project=source.project, api_key=api_key, work="replay")
 
     spec, parameters, version, start_conversation = _source_settings(source)
     parameters = {**parameters, **clean_parameters({k: overrides[k] for k in PARAMETERS if k in overrides})}
@@ -119,6 +123,7 @@ def replay_start(
                 version=version,
                 state=json.loads(json.dumps({**state, "replay": {**replay, "index": index + 1}}, default=str)),
                 replay_of=source,
+                api_key=api_key,
                 prefix=_copied(prefix) if prefix else None,
                 audit=("run.replay", {"source": source.pk, "tool_mode": tool_mode, "fork_step": fork_step}),
                 ip=ip,
