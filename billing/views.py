@@ -1,16 +1,177 @@
-"""The organization's billing page: usage and budgets will live here; an empty state
-for now. Admins and owners only."""
+"""The organization's billing page: spend from the ledger over a period (totals, a chart
+by model, project or agent, the spend table and its CSV export, the most expensive
+runs), budgets with their progress (create, edit, delete) and the alerts raised.
+Owners and admins only: "org:write" to see it, "budget:write" to change budgets."""
 
+from __future__ import annotations
+
+import csv
+from decimal import Decimal
+
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+
+from agentops.errors import ServiceError
 from agentops.pages import Need, OrganizationPage
+from billing import spend
+from billing.forms import BudgetForm, PeriodForm
+from billing.models import Budget, BudgetAlert
+from runs.views.dashboard import chart_label
+
+ALERTS_SHOWN = 50
+
+
+def _budgets():
+    # billing.budgets is the budget services' module; imported when used so the page's
+    # reads do not depend on its import order.
+    from billing import budgets
+
+    return budgets
+
+
+def budget_rows(organization) -> list[dict]:
+    """The organization's budgets, each with its spend in the current period."""
+    rows = []
+    for budget in Budget.objects.filter(organization=organization).select_related("project", "api_key"):
+        progress = _budgets().budget_spend(budget)
+        rows.append({"budget": budget, **progress, "bar": min(float(progress["percent"]), 100.0)})
+    return rows
+
+
+def csv_response(filename: str, header: list[str], rows) -> HttpResponse:
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    writer = csv.writer(response)
+    writer.writerow(header)
+    for row in rows:
+        # A cell starting with = + - @ would be a formula in a spreadsheet: agents name
+        # their models and agents, so quote such text.
+        writer.writerow([f"'{value}" if isinstance(value, str) and value[:1] in "=+-@" else value for value in row])
+    return response
 
 
 class BillingIndexPage(OrganizationPage):
-    # roles.py has no billing permission yet; "org:write" is held by exactly the roles
+    # roles.py has no billing permission; "org:write" is held by exactly the roles
     # billing is for (owners and admins).
     permissions = {"GET": Need("org:write", "see billing")}
 
     def get(self, request, org_slug):
-        return self.render_page("billing/index.html")
+        form = PeriodForm(request.GET)
+        period, dimension = form.value("period", "30d"), form.value("by", "model")
+        window = spend.period_window(period)
+        table = spend.organization_spend_table(organization=self.organization, window=window)
+        if request.GET.get("format") == "csv":
+            return csv_response(
+                f"{self.organization.slug}-spend-{window.start}-{window.end}.csv",
+                ["project", "agent", "model", "cost_usd", "input_tokens", "cached_input_tokens", "output_tokens"]
+                + ["steps", "unpriced_steps"],
+                (
+                    [
+                        row["project__slug"],
+                        row["agent_name"],
+                        row["model"],
+                        row["cost"],
+                        row["input_tokens"],
+                        row["cached_input_tokens"],
+                        row["output_tokens"],
+                        row["steps"],
+                        row["unpriced_steps"],
+                    ]
+                    for row in table
+                ),
+            )
+        totals = spend.totals_of(table)
+        series = spend.organization_series(organization=self.organization, window=window, dimension=dimension)
+        chart = {
+            "days": [day.isoformat() for day in series["days"]],
+            "series": [
+                {"name": chart_label(item["name"]), "cost": [float(value) for value in item["cost"]]}
+                for item in series["series"]
+            ],
+        }
+        return self.render_page(
+            "billing/index.html",
+            {
+                "period": period,
+                "periods": list(spend.PERIODS.items()),
+                "dimension": dimension,
+                "dimensions": [("model", "Model"), ("project", "Project"), ("agent", "Agent")],
+                "window": window,
+                "totals": totals,
+                "total_tokens": totals["input_tokens"] + totals["output_tokens"],
+                "table": table,
+                "chart": chart,
+                "top_runs": spend.top_runs(organization=self.organization, window=window),
+                "budgets": budget_rows(self.organization),
+                "alerts": list(
+                    BudgetAlert.objects.filter(organization=self.organization)
+                    .select_related("budget")
+                    .order_by("-created_at")[:ALERTS_SHOWN]
+                ),
+                "budget_form": BudgetForm(organization=self.organization),
+            },
+        )
+
+
+class BudgetCreateAction(OrganizationPage):
+    permissions = {"POST": Need("budget:write", "create budgets")}
+
+    def post(self, request, org_slug):
+        form = BudgetForm(request.POST, organization=self.organization)
+        if form.is_valid():
+            try:
+                _budgets().budget_create(
+                    organization=self.organization, actor=request.user, ip=self.ip, **form.service_fields()
+                )
+            except ServiceError as exc:
+                form.add_error(None, exc.message)
+            else:
+                return redirect(reverse("billing:index", args=[org_slug]) + "#budgets")
+        return self.render_page("billing/budget_form.html", {"form": form, "budget": None}, status=400)
+
+
+class BudgetEditPage(OrganizationPage):
+    permissions = {"GET": Need("budget:write", "edit budgets"), "POST": Need("budget:write", "edit budgets")}
+
+    def budget(self, budget_id: int) -> Budget:
+        budget = Budget.objects.filter(organization=self.organization, pk=budget_id).first()
+        if budget is None:
+            raise Http404("No such budget.")
+        return budget
+
+    def get(self, request, org_slug, budget_id):
+        budget = self.budget(budget_id)
+        form = BudgetForm(initial=BudgetForm.initial_for(budget), organization=self.organization)
+        return self.render_page("billing/budget_form.html", {"form": form, "budget": budget})
+
+    def post(self, request, org_slug, budget_id):
+        budget = self.budget(budget_id)
+        form = BudgetForm(request.POST, organization=self.organization)
+        if form.is_valid():
+            fields = form.service_fields()
+            if not fields["webhook_url"]:
+                # The stored webhook is encrypted and never shown: blank keeps it.
+                fields.pop("webhook_url")
+            try:
+                _budgets().budget_update(budget=budget, actor=request.user, ip=self.ip, **fields)
+            except ServiceError as exc:
+                form.add_error(None, exc.message)
+            else:
+                return redirect(reverse("billing:index", args=[org_slug]) + "#budgets")
+        return self.render_page("billing/budget_form.html", {"form": form, "budget": budget}, status=400)
+
+
+class BudgetDeleteAction(BudgetEditPage):
+    permissions = {"POST": Need("budget:write", "delete budgets")}
+
+    def post(self, request, org_slug, budget_id):
+        _budgets().budget_delete(budget=self.budget(budget_id), actor=request.user, ip=self.ip)
+        return redirect(reverse("billing:index", args=[org_slug]) + "#budgets")
+
+
+def money_total(rows, key: str = "cost") -> Decimal:
+    return sum((row[key] for row in rows), Decimal(0))
 
 
 index = BillingIndexPage.as_view()

@@ -399,7 +399,6 @@ def test_runs_page_is_an_empty_state_explaining_how_to_send_traces(signed_in, te
     [
         (f"{PROJECT}/evals/", "Evaluations are coming"),
         (f"{PROJECT}/jobs/", "Jobs are coming"),
-        (f"{ORG}/billing/", "Usage and budgets are coming"),
     ],
 )
 def test_coming_sections_say_so(signed_in, tenant, path, heading):

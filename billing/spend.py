@@ -1,0 +1,252 @@
+"""Reads of spend, for the organization's billing page and the staff console.
+
+Every number comes from the ledger (``UsageDaily``); the only reads of runs and steps
+are the drill-downs to what is behind one number, each bounded and served by an index
+(runs by project and start time, steps by project and start time or by run).
+"""
+
+from __future__ import annotations
+
+import calendar
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agentops.models import Organization, Project
+from agentops.scoping import dangerously_unscoped
+from billing.models import UsageDaily
+from runs.models import Run, Step
+
+PERIODS = {"30d": "Last 30 days", "90d": "Last 90 days", "month": "This month"}
+# A chart draws the biggest series by name and adds the rest up as "Other".
+CHART_SERIES = 8
+TOP_RUNS = 10
+# Drill-downs list at most this many runs or steps.
+DRILL_LIMIT = 200
+STEP_LIMIT = 1000
+
+SUMS = {
+    "cost": Coalesce(Sum("cost"), Decimal(0)),
+    "input_tokens": Coalesce(Sum("input_tokens"), 0),
+    "cached_input_tokens": Coalesce(Sum("cached_input_tokens"), 0),
+    "output_tokens": Coalesce(Sum("output_tokens"), 0),
+    "steps": Coalesce(Sum("steps"), 0),
+    "unpriced_steps": Coalesce(Sum("unpriced_steps"), 0),
+}
+
+
+@dataclass(frozen=True)
+class Window:
+    """Days ``start`` to ``end``, both included (the ledger is per UTC day)."""
+
+    start: date
+    end: date
+
+    @property
+    def starts_at(self) -> datetime:
+        return datetime.combine(self.start, time.min, tzinfo=UTC)
+
+    @property
+    def ends_at(self) -> datetime:
+        """The first instant after the window."""
+        return datetime.combine(self.end + timedelta(days=1), time.min, tzinfo=UTC)
+
+    def days(self) -> list[date]:
+        return [self.start + timedelta(days=offset) for offset in range((self.end - self.start).days + 1)]
+
+
+def period_window(period: str, *, today: date | None = None) -> Window:
+    """The days of a billing-page period: the last 30 or 90 days (today included) or
+    this calendar month so far."""
+    today = today or timezone.now().astimezone(UTC).date()
+    if period == "month":
+        return Window(today.replace(day=1), today)
+    days = 90 if period == "90d" else 30
+    return Window(today - timedelta(days=days - 1), today)
+
+
+def month_window(day: date) -> Window:
+    return Window(day.replace(day=1), day.replace(day=calendar.monthrange(day.year, day.month)[1]))
+
+
+# --- The organization's billing page ---------------------------------------------------
+
+
+def _ledger(*, organization, window: Window):
+    return UsageDaily.objects.filter(organization=organization, day__gte=window.start, day__lte=window.end)
+
+
+def totals_of(table: list[dict]) -> dict:
+    """Cost, tokens, steps and unpriced steps of the whole spend table (added up here:
+    scanning the ledger a second time for them costs as much as the table itself)."""
+    return {name: sum((row[name] for row in table), Decimal(0) if name == "cost" else 0) for name in SUMS}
+
+
+def organization_spend_table(*, organization, window: Window) -> list[dict]:
+    """Spend per project, agent and model over ``window``, the most expensive first."""
+    rows = (
+        _ledger(organization=organization, window=window)
+        .values("project_id", "project__slug", "project__name", "agent_name", "model")
+        .annotate(**SUMS)
+        .order_by("-cost", "project__slug", "agent_name", "model")
+    )
+    return list(rows)
+
+
+def organization_series(*, organization, window: Window, dimension: str) -> dict:
+    """Cost per day of each model, project or agent (``dimension``), for a stacked chart:
+    ``{"days": [...], "series": [{"name", "cost": [...]}]}``; beyond the biggest
+    ``CHART_SERIES`` names the rest is one "Other" series."""
+    field = {"model": "model", "project": "project__slug", "agent": "agent_name"}[dimension]
+    rows = (
+        _ledger(organization=organization, window=window)
+        .values("day", field)
+        .annotate(cost=Coalesce(Sum("cost"), Decimal(0)))
+        .order_by()
+    )
+    days = window.days()
+    index = {day: position for position, day in enumerate(days)}
+    by_name: dict[str, list[Decimal]] = {}
+    for row in rows:
+        name = row[field] or "(none)"
+        by_name.setdefault(name, [Decimal(0)] * len(days))[index[row["day"]]] += row["cost"]
+    ranked = sorted(by_name.items(), key=lambda item: (-sum(item[1]), item[0]))
+    series = [{"name": name, "cost": costs} for name, costs in ranked[:CHART_SERIES]]
+    if len(ranked) > CHART_SERIES:
+        other = [sum(values) for values in zip(*(costs for _name, costs in ranked[CHART_SERIES:]), strict=True)]
+        series.append({"name": "Other", "cost": other})
+    return {"days": days, "series": series}
+
+
+def top_runs(*, organization, window: Window, limit: int = TOP_RUNS) -> list[Run]:
+    """The most expensive runs started in ``window``. Read project by project, so each
+    query is a range of the (project, started_at) index; the runs of all projects are
+    then merged."""
+    runs: list[Run] = []
+    for project_id in Project.objects.filter(organization=organization).values_list("pk", flat=True):
+        runs.extend(
+            Run.objects.filter(
+                project_id=project_id,
+                started_at__gte=window.starts_at,
+                started_at__lt=window.ends_at,
+                total_cost__gt=0,
+            )
+            .select_related("project")
+            .only(
+                "id",
+                "name",
+                "trace_id",
+                "agent_name",
+                "started_at",
+                "total_cost",
+                "input_tokens",
+                "output_tokens",
+                "project__slug",
+                "project__name",
+                "project__organization_id",
+            )
+            .order_by("-total_cost", "-id")[:limit]
+        )
+    return sorted(runs, key=lambda run: (-run.total_cost, -run.pk))[:limit]
+
+
+# --- The staff console -----------------------------------------------------------------
+
+LEVELS = ("organization", "project", "model", "day")
+LEVEL_FIELDS = {
+    "organization": ["organization_id", "organization__slug", "organization__name"],
+    "project": ["organization_id", "organization__slug", "project_id", "project__slug"],
+    "model": ["organization_id", "organization__slug", "project_id", "project__slug", "model"],
+    "day": ["organization_id", "organization__slug", "project_id", "project__slug", "model", "day"],
+}
+
+
+@dataclass(frozen=True)
+class ConsoleFilters:
+    start: date
+    end: date
+    organization_id: int | None = None
+    project_id: int | None = None
+    model: str | None = None
+    day: date | None = None
+
+
+def console_spend(*, level: str, filters: ConsoleFilters) -> list[dict]:
+    """Spend across organizations grouped by ``level`` (organization, project, model or
+    day), filtered, the most expensive first (days: in order)."""
+    with dangerously_unscoped("staff console: spend across organizations"):
+        queryset = UsageDaily.objects.filter(day__gte=filters.start, day__lte=filters.end)
+        if filters.organization_id:
+            queryset = queryset.filter(organization_id=filters.organization_id)
+        if filters.project_id:
+            queryset = queryset.filter(project_id=filters.project_id)
+        if filters.model is not None:
+            queryset = queryset.filter(model=filters.model)
+        if filters.day:
+            queryset = queryset.filter(day=filters.day)
+        ordering = ["day", "-cost"] if level == "day" else ["-cost", *LEVEL_FIELDS[level][1:]]
+        return list(queryset.values(*LEVEL_FIELDS[level]).annotate(**SUMS).order_by(*ordering))
+
+
+def console_runs(*, project: Project, model: str, day: date, limit: int = DRILL_LIMIT) -> list[dict]:
+    """The runs behind one (project, model, day) number: their steps of that model on
+    that day, summed per run, the most expensive first. One day of one project's steps
+    is a range of the (project, started_at) index."""
+    starts_at = datetime.combine(day, time.min, tzinfo=UTC)
+    with dangerously_unscoped("staff console: drill-down to runs"):
+        rows = list(
+            Step.objects.filter(
+                project=project,
+                started_at__gte=starts_at,
+                started_at__lt=starts_at + timedelta(days=1),
+                model=model,
+            )
+            .values("run_id")
+            .annotate(
+                steps=Count("id"),
+                cost=Coalesce(Sum("cost"), Decimal(0)),
+                input_tokens=Coalesce(Sum("input_tokens"), 0),
+                output_tokens=Coalesce(Sum("output_tokens"), 0),
+                unpriced=Count("id", filter=Q(unpriced=True)),
+            )
+            .order_by("-cost", "run_id")[:limit]
+        )
+        names = dict(Run.objects.filter(pk__in=[row["run_id"] for row in rows]).values_list("pk", "name").iterator())
+    for row in rows:
+        row["name"] = names.get(row["run_id"], "")
+    return rows
+
+
+def console_run(run_id: int) -> tuple[Run | None, list[Step]]:
+    """A run (any organization) and its first ``STEP_LIMIT`` steps, in order."""
+    with dangerously_unscoped("staff console: search by run id"):
+        run = Run.objects.select_related("project", "organization").filter(pk=run_id).first()
+        if run is None:
+            return None, []
+        steps = list(
+            Step.objects.filter(run_id=run.pk)
+            .only(
+                "id",
+                "run_id",
+                "kind",
+                "name",
+                "model",
+                "started_at",
+                "input_tokens",
+                "cached_input_tokens",
+                "output_tokens",
+                "cost",
+                "unpriced",
+                "price_id",
+            )
+            .order_by("started_at", "id")[:STEP_LIMIT]
+        )
+    return run, steps
+
+
+def console_organizations() -> list[Organization]:
+    return list(Organization.objects.order_by("slug"))

@@ -1,0 +1,32 @@
+// The billing page's chart: spend per day, stacked by model, project or agent. The data
+// is JSON in #billing-data (names already escaped for Plotly's label HTML).
+(function () {
+  "use strict";
+
+  var COLORS = { muted: "#5d6574", grid: "#e2e5ea" };
+
+  function draw() {
+    var source = document.getElementById("billing-data");
+    if (!source || !window.Plotly) return;
+    var data = JSON.parse(source.textContent);
+    var traces = data.series.map(function (series) {
+      return { type: "bar", name: series.name, x: data.days, y: series.cost,
+               hovertemplate: series.name + ": $%{y:.4f}<extra></extra>" };
+    });
+    Plotly.newPlot("chart-spend", traces, {
+      barmode: "stack",
+      margin: { l: 56, r: 12, t: 8, b: 36 },
+      height: 300,
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      font: { family: getComputedStyle(document.body).fontFamily, size: 12, color: COLORS.muted },
+      xaxis: { type: "date", gridcolor: COLORS.grid },
+      yaxis: { gridcolor: COLORS.grid, tickprefix: "$", rangemode: "tozero" },
+      showlegend: true,
+      legend: { orientation: "h", y: -0.15 },
+    }, { displayModeBar: false, responsive: true });
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", draw);
+  else draw();
+})();
