@@ -88,26 +88,40 @@ def totals_of(table: list[dict]) -> dict:
 
 def organization_spend_table(*, organization, window: Window) -> list[dict]:
     """Spend per project, agent and model over ``window``, the most expensive first."""
-    rows = (
+    # Grouped by project id, not by the joined slug and name: the join would be made for
+    # every ledger row of the period; the few projects are read once afterwards.
+    rows = list(
         _ledger(organization=organization, window=window)
-        .values("project_id", "project__slug", "project__name", "agent_name", "model")
+        .values("project_id", "agent_name", "model")
         .annotate(**SUMS)
-        .order_by("-cost", "project__slug", "agent_name", "model")
+        .order_by()
     )
-    return list(rows)
+    projects = {
+        project.pk: project
+        for project in Project.objects.filter(pk__in={row["project_id"] for row in rows}).only("slug", "name")
+    }
+    for row in rows:
+        project = projects[row["project_id"]]
+        row["project__slug"], row["project__name"] = project.slug, project.name
+    rows.sort(key=lambda row: (-row["cost"], row["project__slug"], row["agent_name"], row["model"]))
+    return rows
 
 
 def organization_series(*, organization, window: Window, dimension: str) -> dict:
     """Cost per day of each model, project or agent (``dimension``), for a stacked chart:
     ``{"days": [...], "series": [{"name", "cost": [...]}]}``; beyond the biggest
     ``CHART_SERIES`` names the rest is one "Other" series."""
-    field = {"model": "model", "project": "project__slug", "agent": "agent_name"}[dimension]
-    rows = (
+    field = {"model": "model", "project": "project_id", "agent": "agent_name"}[dimension]
+    rows = list(
         _ledger(organization=organization, window=window)
         .values("day", field)
         .annotate(cost=Coalesce(Sum("cost"), Decimal(0)))
         .order_by()
     )
+    if dimension == "project":
+        slugs = dict(Project.objects.filter(pk__in={row[field] for row in rows}).values_list("pk", "slug"))
+        for row in rows:
+            row[field] = slugs[row[field]]
     days = window.days()
     index = {day: position for position, day in enumerate(days)}
     by_name: dict[str, list[Decimal]] = {}
