@@ -42,6 +42,7 @@ from agentops.api.base import OrganizationEndpoint
 from agentops.api.errors import error_body
 from agentops.api.idempotency import idempotent
 from agentops.errors import Forbidden, InvalidRequest
+from agentops.models import ApiKey
 from runs.api import serializers as s
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
@@ -270,7 +271,7 @@ def _existing_keys(project, accepted: list[AcceptedEvent]) -> set[tuple]:
     return existing
 
 
-def ingest_batch(*, project, events: list) -> list[dict]:
+def ingest_batch(*, project, events: list, api_key=None) -> list[dict]:
     """Check every event, store the valid ones in one ingest() call, and say what
     happened to each, in request order."""
     results: dict[int, dict] = {}
@@ -301,6 +302,7 @@ def ingest_batch(*, project, events: list) -> list[dict]:
             messages=by_type["message"],
             tool_calls=by_type["tool_call"],
             snapshots=by_type["memory"],
+            api_key=api_key,
         )
         for item in stored:
             updated = item.key in existing
@@ -413,5 +415,7 @@ class IngestView(OrganizationEndpoint):
             raise PayloadTooLarge(
                 f"events: {len(events)} events, over the limit of {MAX_BATCH_EVENTS}: split the batch"
             )
-        results = ingest_batch(project=self.project, events=events)
+        results = ingest_batch(
+            project=self.project, events=events, api_key=request.auth if isinstance(request.auth, ApiKey) else None
+        )
         return Response({"results": results}, status=status.HTTP_207_MULTI_STATUS)

@@ -37,6 +37,7 @@ from runs.services.agents import clean_parameters
 from runs.services.approvals import approval_request
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.services.recorded_tools import recorded_tools
+from runs.services.redaction import redactor_for
 from runs.tools.base import ToolContext, ToolError
 from runs.tools.registry import tools_for
 
@@ -215,11 +216,17 @@ def _finish(run: Run, *, status: str, output: Any = None, error: str = "") -> No
         fields["output"] = output
     if error:
         fields["error"] = error
-    ingest(
-        project=run.project,
+    _ingest(
+        run,
         runs=[RunEvent(trace_id=run.trace_id, fields=fields)],
         steps=[_root_step(run, status=status, error=error, output=output, ended=True)],
     )
+
+
+def _ingest(run: Run, **batch) -> None:
+    """Store a batch of the run through the one write path, with the project's redactor
+    read once per execution (``_execute`` sets it)."""
+    ingest(project=run.project, redactor=getattr(run, "redactor", None), **batch)
 
 
 def _root_step(run: Run, *, status: str = "", error: str = "", output: Any = None, ended: bool = False) -> StepEvent:
@@ -400,6 +407,7 @@ def run_execute(*, run_id: int) -> None:
 
 def _execute(run: Run) -> None:
     project = run.project
+    run.redactor = redactor_for(project)
     state = dict(run.execution)
     if "spec" in state:
         spec, parameters = Spec(**state["spec"]), state.get("parameters", {})
@@ -418,8 +426,8 @@ def _execute(run: Run) -> None:
         return
 
     if not state.get("started"):
-        ingest(
-            project=project,
+        _ingest(
+            run,
             runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.RUNNING})],
             steps=[_root_step(run)],
         )
@@ -430,8 +438,8 @@ def _execute(run: Run) -> None:
             user_input = run.input if isinstance(run.input, str) else json.dumps(run.input)
             conversation = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
             conversation.append({"role": "user", "content": user_input})
-        ingest(
-            project=project,
+        _ingest(
+            run,
             messages=[
                 MessageEvent(
                     trace_id=run.trace_id,
@@ -491,8 +499,8 @@ def _execute(run: Run) -> None:
             )
         except ProviderError as exc:
             stream.close()
-            ingest(
-                project=project,
+            _ingest(
+                run,
                 steps=[
                     _llm_step(
                         run,
@@ -523,8 +531,8 @@ def _execute(run: Run) -> None:
 
 def _store_answer(run, state, step, spec, provider, started, parameters, result, position) -> None:
     """Store a model call (its llm step and the assistant's message) and the state after it."""
-    ingest(
-        project=run.project,
+    _ingest(
+        run,
         steps=[
             _llm_step(
                 run,
@@ -636,7 +644,7 @@ def _compact(run: Run, state: dict, provider, spec: Spec, parameters: dict) -> N
                 output={"content": result.content},
             )
         )
-    ingest(project=run.project, steps=steps)
+    _ingest(run, steps=steps)
     state["conversation"] = compacted
     state["compactions"] = state.get("compactions", 0) + 1
 
@@ -706,7 +714,7 @@ def _run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=
         # The tool call and the state that says it was made are saved together (a tool
         # call in flight when a worker dies is made again: nothing of it was stored).
         with transaction.atomic():
-            ingest(project=run.project, **events)
+            _ingest(run, **events)
             _save_state(run, state)
         if stop:
             return stop

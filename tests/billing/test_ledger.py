@@ -21,11 +21,9 @@ MODELS = ("mistral-large-2512", "mistral-small-2603", "codestral-2508")
 
 
 def ingest_and_mark(project, **batch):
-    """ingest() and the ledger mark it will make itself once wired (same transaction)."""
+    """ingest(), which marks the runs it touched for the ledger in its transaction."""
     with organization_scope(project.organization):
-        result = ingest(project=project, announce=False, **batch)
-        ledger_mark(organization_id=project.organization_id, run_ids=result.runs_touched)
-    return result
+        return ingest(project=project, announce=False, **batch)
 
 
 def llm_step(trace_id, span_id, at, model=MODELS[0], tokens=1000, **fields):

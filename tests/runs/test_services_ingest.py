@@ -1,13 +1,26 @@
 """The one write path: upserts, ordering, totals, cost, redaction, retention."""
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.contrib.postgres.search import SearchQuery
+from django.db import connection, transaction
 
 from agentops.scoping import organization_scope
-from runs.models import IngestSettings, Message, Run, Step, ToolCall
-from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
+from runs.models import IngestSettings, MemorySnapshot, Message, Run, Step, ToolCall
+from runs.services.ingest import (
+    MemoryEvent,
+    MessageEvent,
+    RunEvent,
+    StepEvent,
+    ToolCallEvent,
+    ingest,
+    recompute_run_totals,
+)
+from runs.services.redaction import NO_REDACTION, Redactor
 from runs.services.settings import ingest_settings_update
 from runs.tasks import purge_expired_runs
 
@@ -221,3 +234,229 @@ def test_retention_purges_only_old_runs_of_that_project(project, other_tenant, t
     with organization_scope(other_tenant.organization):
         assert Run.objects.count() == 1
     assert IngestSettings.dangerously_unscoped_objects.count() == 1
+
+
+# --- Fewer statements, same results ----------------------------------------------------
+
+
+def _found(project, words: str) -> list[str]:
+    query = SearchQuery(words, config="simple", search_type="websearch")
+    return list(Run.objects.filter(project=project, search=query).values_list("trace_id", flat=True))
+
+
+def test_a_batch_of_only_messages_and_tool_calls_links_them_to_existing_steps(project):
+    with _scope(project):
+        ingest(project=project, steps=_trace(), announce=False)
+        ingest(
+            project=project,
+            messages=[MessageEvent(trace_id="t1", message_id="m1", position=1, role="user", span_id="llm1")],
+            announce=False,
+        )
+        ingest(
+            project=project,
+            tool_calls=[ToolCallEvent(trace_id="t1", call_id="c1", tool_name="search", span_id="tool1")],
+            snapshots=[MemoryEvent(trace_id="t1", snapshot_id="mem1", sequence=1, state={}, span_id="tool1")],
+            announce=False,
+        )
+        assert Message.objects.get().step.span_id == "llm1"
+        assert ToolCall.objects.get().step.span_id == "tool1"
+        assert MemorySnapshot.objects.get().step.span_id == "tool1"
+
+
+def test_a_batch_of_only_steps_links_items_of_every_kind_sent_before(project):
+    with _scope(project):
+        ingest(
+            project=project,
+            messages=[MessageEvent(trace_id="t1", message_id="m1", position=1, role="user", span_id="llm1")],
+            snapshots=[MemoryEvent(trace_id="t1", snapshot_id="mem1", sequence=1, state={}, span_id="tool1")],
+            announce=False,
+        )
+        ingest(project=project, steps=_trace(), announce=False)
+        assert Message.objects.get().step.span_id == "llm1"
+        assert MemorySnapshot.objects.get().step.span_id == "tool1"
+
+
+def test_small_and_large_tables_of_one_batch_are_all_stored_and_linked(project):
+    steps = [StepEvent(trace_id="t1", span_id=f"s{i}", parent_span_id="root", kind="tool") for i in range(25)]
+    messages = [
+        MessageEvent(trace_id="t1", message_id=f"m{i}", position=i, role="tool", span_id="s3") for i in range(2)
+    ]
+    with _scope(project):
+        result = ingest(
+            project=project,
+            steps=steps,
+            messages=messages,
+            tool_calls=[ToolCallEvent(trace_id="t1", call_id="c1", tool_name="search", span_id="s4")],
+            announce=False,
+        )
+        assert (result.steps, result.messages, result.tool_calls, result.snapshots) == (25, 2, 1, 0)
+        assert Run.objects.get().step_count == 25
+        assert {m.step.span_id for m in Message.objects.all()} == {"s3"}
+        assert ToolCall.objects.get().step.span_id == "s4"
+
+
+def test_sub_agent_run_arriving_after_its_parent_links_and_follows_a_new_parent(project):
+    def child(parent):
+        return StepEvent(trace_id="child", span_id="c", run_hints={"parent_trace_id": parent})
+
+    with _scope(project):
+        ingest(project=project, steps=_trace("t1") + _trace("t2"), announce=False)
+        ingest(project=project, steps=[child("t1")], announce=False)
+        assert Run.objects.get(trace_id="child").parent_run.trace_id == "t1"
+        # Batches of the parent and of the child that name no parent leave the link alone.
+        ingest(project=project, steps=_trace("t1"), announce=False)
+        ingest(project=project, steps=[StepEvent(trace_id="child", span_id="d", parent_span_id="c")], announce=False)
+        assert Run.objects.get(trace_id="child").parent_run.trace_id == "t1"
+        ingest(project=project, runs=[RunEvent(trace_id="child", fields={"parent_trace_id": "t2"})], announce=False)
+        assert Run.objects.get(trace_id="child").parent_run.trace_id == "t2"
+
+
+def test_sub_agent_runs_waiting_for_a_parent_all_link_when_it_arrives(project):
+    with _scope(project):
+        for name in ("c1", "c2"):
+            ingest(project=project, runs=[RunEvent(trace_id=name, fields={"parent_trace_id": "p"})], announce=False)
+        ingest(project=project, steps=[StepEvent(trace_id="p", span_id="root")], announce=False)
+        parent = Run.objects.get(trace_id="p")
+        assert set(parent.children.values_list("trace_id", flat=True)) == {"c1", "c2"}
+
+
+def test_run_resent_with_only_steps_keeps_its_explicit_status_and_error(project):
+    stated = RunEvent(trace_id="t1", fields={"status": "failed", "error": "stopped by the operator"})
+    with _scope(project):
+        ingest(project=project, runs=[stated], steps=_trace(), announce=False)
+        ingest(project=project, steps=_trace(), announce=False)
+        run = Run.objects.get()
+    assert (run.status, run.error, run.step_count) == ("failed", "stopped by the operator", 3)
+
+
+def test_run_without_steps_keeps_its_status_and_times(project):
+    stated = RunEvent(trace_id="t1", fields={"status": "queued", "started_at": _at(0), "ended_at": _at(2)})
+    with _scope(project):
+        ingest(project=project, runs=[stated], announce=False)
+        ingest(
+            project=project,
+            messages=[MessageEvent(trace_id="t1", message_id="m1", position=1, role="user")],
+            announce=False,
+        )
+        run = Run.objects.get()
+    assert (run.status, run.step_count, run.started_at, run.ended_at, run.latency_ms) == (
+        "queued",
+        0,
+        _at(0),
+        _at(2),
+        2000,
+    )
+
+
+def test_run_without_steps_gets_its_latency_from_its_stated_times(project):
+    stated = RunEvent(trace_id="t1", fields={"status": "succeeded", "started_at": _at(0), "ended_at": _at(2)})
+    with _scope(project):
+        ingest(project=project, runs=[stated], announce=False)
+        run = Run.objects.get()
+    assert (run.status, run.error, run.latency_ms) == ("succeeded", "", 2000)
+
+
+def test_search_text_follows_later_changes_of_name_input_and_output(project):
+    with _scope(project):
+        ingest(project=project, runs=[RunEvent(trace_id="t1", fields={"input": "alpha"})], announce=False)
+        assert _found(project, "alpha") == ["t1"]
+        ingest(project=project, runs=[RunEvent(trace_id="t1", fields={"input": "bravo"})], announce=False)
+        assert (_found(project, "alpha"), _found(project, "bravo")) == ([], ["t1"])
+        # An inner step leaves the search text as it was; a root span's output adds to it.
+        ingest(project=project, steps=_trace()[1:], announce=False)
+        assert _found(project, "bravo") == ["t1"]
+        root = StepEvent(trace_id="t1", span_id="root", name="charlie", output="delta")
+        ingest(project=project, steps=[root], announce=False)
+        assert _found(project, "charlie delta bravo") == ["t1"]
+
+
+def test_new_runs_get_search_text_even_without_name_input_or_output(project):
+    with _scope(project):
+        ingest(project=project, steps=[StepEvent(trace_id="t1", span_id="s", parent_span_id="r")], announce=False)
+        assert Run.objects.filter(search__isnull=False).count() == 1
+
+
+def test_recompute_run_totals_refreshes_search_text_by_default(project):
+    with _scope(project):
+        result = ingest(project=project, runs=[RunEvent(trace_id="t1", fields={"input": "alpha"})], announce=False)
+        Run.objects.filter(pk=result.runs_created[0]).update(input="echo")  # as another writer would
+        recompute_run_totals(result.runs_created)
+        assert (_found(project, "alpha"), _found(project, "echo")) == ([], ["t1"])
+
+
+def test_updated_at_moves_on_every_batch_and_only_the_first_creates(project):
+    with _scope(project):
+        first = ingest(project=project, steps=_trace(), announce=False)
+        created = Run.objects.get()
+        second = ingest(
+            project=project,
+            messages=[MessageEvent(trace_id="t1", message_id="m1", position=1, role="user")],
+            announce=False,
+        )
+        run = Run.objects.get()
+    assert first.runs_created == first.runs_touched == [run.pk]
+    assert (second.runs_created, second.runs_touched) == ([], [run.pk])
+    assert created.created_at == created.updated_at
+    assert run.created_at == created.created_at and run.updated_at > created.updated_at
+
+
+def test_a_batch_with_new_and_known_runs_creates_only_the_new(project):
+    with _scope(project):
+        ingest(project=project, steps=_trace("t1"), announce=False)
+        result = ingest(project=project, steps=_trace("t1") + _trace("t2"), announce=False)
+        assert result.runs_created == [Run.objects.get(trace_id="t2").pk]
+        assert len(result.runs_touched) == 2
+
+
+def test_a_given_redactor_is_used_instead_of_reading_the_settings(project):
+    step = StepEvent(trace_id="t1", span_id="s", input="mail bob@example.com")
+    with _scope(project):
+        ingest(project=project, steps=[step], redactor=Redactor(["email"], []), announce=False)
+        assert Step.objects.get().input == "mail [REDACTED]"
+
+
+def test_a_small_batch_for_a_known_run_takes_four_statements(project, django_assert_max_num_queries):
+    """Lock the run; upsert the step and message; link, recompute and touch the run; mark
+    it for the usage ledger."""
+    step = StepEvent(trace_id="t1", span_id="llm9", parent_span_id="root", kind="llm", model="mistral-large-2512")
+    message = MessageEvent(trace_id="t1", message_id="m9", position=9, role="assistant", span_id="llm9")
+    with _scope(project):
+        ingest(project=project, steps=_trace(), announce=False)
+        with django_assert_max_num_queries(4):
+            ingest(project=project, steps=[step], messages=[message], redactor=NO_REDACTION, announce=False)
+        assert Message.objects.get().step.span_id == "llm9"
+        assert Run.objects.get().llm_call_count == 2
+
+
+def test_a_run_created_by_a_concurrent_batch_is_locked_and_updated(transactional_db, tenant):
+    """Batch 2 starts while batch 1, which creates the run, has not committed: batch 2
+    finds no run to lock, its INSERT waits for batch 1 to commit, and it locks the run then."""
+    project = tenant.project
+    created = threading.Event()
+    results, errors = {}, []
+
+    def send(name, steps, hold=False):
+        try:
+            with _scope(project), transaction.atomic():
+                results[name] = ingest(project=project, steps=steps, announce=False)
+                if hold:
+                    created.set()
+                    time.sleep(0.5)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+            created.set()
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=send, args=("first", _trace()[:2], True))
+    second = threading.Thread(target=send, args=("second", _trace()[2:]))
+    first.start()
+    created.wait(timeout=10)
+    second.start()
+    for thread in (first, second):
+        thread.join(timeout=30)
+    assert errors == []
+    with _scope(project):
+        run = Run.objects.get()
+    assert results["first"].runs_created == [run.pk] and results["second"].runs_created == []
+    assert (run.step_count, run.status) == (3, "succeeded")
