@@ -13,6 +13,7 @@ import time
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,6 @@ def _redis():
     global _redis_client
     if _redis_client is None:
         import redis
-        from django.conf import settings
 
         _redis_client = redis.Redis.from_url(settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0])
     return _redis_client
@@ -66,14 +66,23 @@ def has_listeners(*, project=None, organization=None) -> bool:
     the time they joined); this leans on channels_redis 4.3 internals, which the pinned
     version and tests/agentops/test_live.py hold in place. Answers True when unsure."""
     group = project_group(project.pk) if project is not None else organization_group(organization.pk)
+    known = _listeners_seen.get(group)
+    if known is not None and time.monotonic() - known[0] < settings.LIVE_LISTENERS_CACHE_SECONDS:
+        return known[1]
     layer = get_channel_layer()
     if not hasattr(layer, "_group_key") or len(getattr(layer, "hosts", [None])) != 1:
         return True
     try:
-        return _redis().zcount(layer._group_key(group), time.time() - layer.group_expiry, "+inf") > 0
+        listening = _redis().zcount(layer._group_key(group), time.time() - layer.group_expiry, "+inf") > 0
     except Exception:  # noqa: BLE001 - unsure means announce
         logger.warning("could not count the listeners of %s", group, exc_info=True)
         return True
+    _listeners_seen[group] = (time.monotonic(), listening)
+    return listening
+
+
+# has_listeners' answers per group, kept settings.LIVE_LISTENERS_CACHE_SECONDS.
+_listeners_seen: dict[str, tuple[float, bool]] = {}
 
 
 async def announce_async(*, project=None, organization=None, event: str, html: str = "", data: dict | None = None):

@@ -45,6 +45,14 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}") from None
 
 
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {value!r}") from None
+
+
 def env_rate(name: str, default: str) -> str:
     """A DRF rate such as ``600/min`` (units: s, sec, m, min, h, hour, d, day)."""
     value = os.environ.get(name) or default
@@ -103,6 +111,11 @@ LLM_RETRY_MAX_SECONDS = env_int("LLM_RETRY_MAX_SECONDS", 60)
 # task hands it to another. Workers beat after every step and while a model streams, so
 # keep it above LLM_CALL_TIMEOUT_SECONDS.
 RUN_STALL_SECONDS = env_int("RUN_STALL_SECONDS", 300)
+
+# Whether a page of a project is open is asked for every stored batch (to skip rendering
+# updates nobody sees); the answer is kept this long. A page opened meanwhile misses at
+# most this much, and it re-reads what it shows when its socket opens.
+LIVE_LISTENERS_CACHE_SECONDS = env_float("LIVE_LISTENERS_CACHE_SECONDS", 1.0)
 
 # How long a tool call waiting for a person's approval waits before it expires.
 APPROVAL_TIMEOUT_MINUTES = env_int("APPROVAL_TIMEOUT_MINUTES", 60)

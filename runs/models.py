@@ -88,6 +88,12 @@ class Run(TenantModel):
             models.Index(fields=["project", "status", "-started_at"], name="run_project_status"),
             models.Index(fields=["project", "session_id", "started_at"], name="run_project_session"),
             models.Index(fields=["project", "-created_at", "-id"], name="run_project_created"),
+            # Sub-agent runs waiting for their parent run (ingest links them when it arrives).
+            models.Index(
+                fields=["project", "parent_trace_id"],
+                condition=models.Q(parent_run__isnull=True),
+                name="run_waiting_for_parent",
+            ),
             GinIndex(fields=["tags"], name="run_tags"),
             GinIndex(fields=["search"], name="run_search"),
         ]

@@ -24,6 +24,8 @@ os.environ["CSRF_COOKIE_SECURE"] = "false"
 os.environ["ALLOW_PRIVATE_PROVIDER_URLS"] = "true"
 os.environ["AGENTOPS_REDIS_PREFIX"] = f"agentops-test-{RUN_ID}"
 os.environ.setdefault("API_RATE_LIMIT_PER_KEY", "100000/min")
+# Tests open a page and expect the very next batch to reach it.
+os.environ["LIVE_LISTENERS_CACHE_SECONDS"] = "0"
 os.environ.setdefault("API_RATE_LIMIT_PER_USER", "100000/min")
 
 if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):

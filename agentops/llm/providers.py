@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from django.conf import settings
 
 from agentops.errors import InvalidRequest
@@ -21,6 +23,12 @@ def provider_for(*, organization, model: str) -> ChatProvider:
             "no Mistral API key is configured for this organization: add one under Secrets, or use the offline model"
         )
     api_key, base_url = credentials
-    return MistralProvider(
-        api_key=api_key, base_url=base_url, retry_max_elapsed_ms=settings.LLM_RETRY_MAX_SECONDS * 1000
-    )
+    return _mistral(api_key, base_url, settings.LLM_RETRY_MAX_SECONDS * 1000)
+
+
+@lru_cache(maxsize=64)
+def _mistral(api_key: str, base_url: str, retry_max_elapsed_ms: int) -> MistralProvider:
+    """One client per key, server and retry budget, kept for the process: building the
+    SDK's client takes tens of milliseconds, once per run otherwise. A changed key or
+    server is another entry (the old one ages out)."""
+    return MistralProvider(api_key=api_key, base_url=base_url, retry_max_elapsed_ms=retry_max_elapsed_ms)

@@ -167,3 +167,19 @@ async def test_has_listeners_follows_open_pages(tenant):
     assert await check(organization=tenant.organization) is True
     await communicator.disconnect()
     assert await check(project=tenant.project) is False
+
+
+async def test_has_listeners_keeps_its_answer_for_the_configured_time(tenant, settings):
+    from asgiref.sync import sync_to_async
+
+    from agentops.live import has_listeners
+
+    settings.LIVE_LISTENERS_CACHE_SECONDS = 60
+    check = sync_to_async(has_listeners, thread_sensitive=False)
+    assert await check(project=tenant.project) is False
+    communicator = await _connect(f"/ws/o/acme/p/{tenant.project.slug}/", tenant.viewer)
+    assert (await communicator.connect())[0]
+    assert await check(project=tenant.project) is False, "the kept answer, not a new count"
+    settings.LIVE_LISTENERS_CACHE_SECONDS = 0
+    assert await check(project=tenant.project) is True
+    await communicator.disconnect()
