@@ -97,7 +97,8 @@ class TextStream:
     it with a box holding the text so far; later ones append their piece to the box's
     text, and every ``snapshot_every`` seconds one replaces the box with all the text
     again, so a page opened in the middle of a long answer catches up. Nothing is sent
-    when no page of the project is open (checked once per call). The text is escaped: it
+    while no page of the project is open (asked at the start and then every
+    ``snapshot_every`` seconds). The text is escaped: it
     is the model's, and must never become markup. Like every live update this is best
     effort; the stored ``llm`` step is the record."""
 
@@ -105,21 +106,31 @@ class TextStream:
         self.run, self.step, self.model = run, step, model
         self.interval, self.snapshot_every = interval, snapshot_every
         self.listening = live.has_listeners(project=run.project)
+        self.checked = time.monotonic()
         self.text: list[str] = []
         self.unsent = 0  # how many of the last pieces of ``text`` no page has had yet
         self.last_sent = 0.0
         self.last_snapshot: float | None = None  # when the last whole box was sent
 
     def write(self, piece: str) -> None:
-        if not self.listening or not piece:
+        if not piece:
             return
         self.text.append(piece)
         self.unsent += 1
+        if not self.listening:
+            # A page may open while the model writes: ask again now and then (its first
+            # message is then a whole box, with the text so far).
+            if time.monotonic() - self.checked < self.snapshot_every:
+                return
+            self.checked = time.monotonic()
+            self.listening = live.has_listeners(project=self.run.project)
+            if not self.listening:
+                return
         if time.monotonic() - self.last_sent >= self.interval:
             self._send()
 
     def close(self) -> None:
-        if self.unsent:
+        if self.unsent and self.listening:
             self._send()
         if self.last_snapshot is not None:
             html = (

@@ -237,7 +237,8 @@ def test_the_answer_streams_onto_the_run_page_as_the_model_writes_it(
     from tests.fake_mistral import completion
 
     answer = " ".join(f"word{index}" for index in range(60)) + " <end>"
-    # The model starts after a second (the page is open by then) and writes for about two.
+    # The model starts after a second and writes for about two: whether the page is open
+    # by then or opens while it writes, it shows the text as it comes.
     fake_mistral.reply(completion(content=answer), delay=1.0, chunk_delay=0.1)
     with organization_scope(tenant.organization):
         provider_secret_set(

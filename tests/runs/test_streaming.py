@@ -207,3 +207,25 @@ def test_with_no_page_open_nothing_is_streamed_but_the_answer_is_stored(tenant, 
         llm = Step.objects.get(run=run, kind="llm")
     assert llm.output["choices"][0]["message"]["content"] == ANSWER
     assert fake_mistral.requests[0]["body"]["stream"] is True
+
+
+def test_a_page_opened_after_the_answer_began_still_gets_it(tenant, monkeypatch):
+    from agentops import live
+    from runs.live import TextStream
+
+    sent: list[str] = []
+    open_pages = {"count": 0}
+    monkeypatch.setattr(live, "has_listeners", lambda **kwargs: open_pages["count"] > 0)
+    monkeypatch.setattr(live, "announce", lambda **kwargs: sent.append(kwargs["html"]))
+    clock = iter(float(second) for second in range(100))
+    monkeypatch.setattr("runs.live.time.monotonic", lambda: next(clock) / 4)
+    stream = TextStream(run=Run(pk=8, project=tenant.project), step=1, model="m", interval=0, snapshot_every=1.0)
+    stream.write("Before ")
+    stream.write("the page ")
+    assert sent == [], "nobody is watching"
+    open_pages["count"] = 1
+    for word in ("opened, ", "and ", "after."):
+        stream.write(word)
+    stream.close()
+    assert sent and 'id="run-stream-8" hx-swap-oob="true"' in sent[0]
+    assert html.unescape(_page_text(8, sent[:-1])) == "Before the page opened, and after."
