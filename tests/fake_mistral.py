@@ -69,6 +69,9 @@ def stream_chunks(body: dict) -> list[dict]:
     return chunks
 
 
+API_KEY = "sk-test-key-123456"
+
+
 class FakeMistral:
     def __init__(self):
         # (status, body, headers, delay in seconds before answering, delay between streamed chunks)
@@ -84,6 +87,17 @@ class FakeMistral:
         """Script the next answer. A request with ``"stream": true`` gets a successful
         answer as server-sent events (see ``stream_chunks``), ``chunk_delay`` apart."""
         self.script.append((status, body, headers or {}, delay, chunk_delay))
+
+    def serve(self, organization) -> None:
+        """Make this server the organization's Mistral: its key (``API_KEY``) with this
+        server as the base URL."""
+        from agentops.scoping import organization_scope
+        from agentops.services.secrets import provider_secret_set
+
+        with organization_scope(organization):
+            provider_secret_set(
+                organization=organization, actor=None, provider="mistral", api_key=API_KEY, base_url=self.url
+            )
 
     def next(self):
         with self.lock:

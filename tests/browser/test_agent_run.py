@@ -232,7 +232,6 @@ def test_the_answer_streams_onto_the_run_page_as_the_model_writes_it(
     tenant,
     artifacts_dir,
 ):
-    from agentops.services.secrets import provider_secret_set
     from runs.services.agents import agent_create
     from tests.fake_mistral import completion
 
@@ -241,13 +240,7 @@ def test_the_answer_streams_onto_the_run_page_as_the_model_writes_it(
     # by then or opens while it writes, it shows the text as it comes.
     fake_mistral.reply(completion(content=answer), delay=1.0, chunk_delay=0.1)
     with organization_scope(tenant.organization):
-        provider_secret_set(
-            organization=tenant.organization,
-            actor=None,
-            provider="mistral",
-            api_key="sk-test-123456",
-            base_url=fake_mistral.url,
-        )
+        fake_mistral.serve(tenant.organization)
         agent = agent_create(project=tenant.project, actor=tenant.member, name="writer", model="mistral-large-latest")
 
     with chromium_page() as page:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from agentops.scoping import organization_scope
-from agentops.services.secrets import provider_secret_set
 from runs.models import Run
 from runs.services.agents import agent_create
 from runs.services.execute import run_execute, run_start
@@ -30,13 +29,7 @@ def test_member_replays_a_run_from_its_page_and_reads_the_diff(
     fake_mistral.reply(completion(tool_calls=[("call_1", "calculator", {"expression": "6*7"})]))
     fake_mistral.reply(completion(content="The answer is 42, computed with the calculator."))
     with organization_scope(tenant.organization):
-        provider_secret_set(
-            organization=tenant.organization,
-            actor=None,
-            provider="mistral",
-            api_key="sk-test-123456",
-            base_url=fake_mistral.url,
-        )
+        fake_mistral.serve(tenant.organization)
         agent = agent_create(
             project=tenant.project,
             actor=tenant.member,

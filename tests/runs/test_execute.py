@@ -8,7 +8,6 @@ from decimal import Decimal
 import pytest
 
 from agentops.scoping import organization_scope
-from agentops.services.secrets import provider_secret_set
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
 from runs.services.agents import agent_create
 from runs.services.execute import run_cancel, run_execute, run_start
@@ -23,13 +22,7 @@ def _start(tenant, django_capture_on_commit_callbacks=None, **agent_fields):
 
 def _use_fake_mistral(tenant, fake_mistral):
     """The organization's Mistral key, with the local Mistral-speaking server as base URL."""
-    provider_secret_set(
-        organization=tenant.organization,
-        actor=None,
-        provider="mistral",
-        api_key="sk-test-key-123456",
-        base_url=fake_mistral.url,
-    )
+    fake_mistral.serve(tenant.organization)
 
 
 def test_offline_agent_runs_the_tool_loop_end_to_end(tenant):

@@ -9,7 +9,6 @@ import pytest
 from django.utils import timezone
 
 from agentops.scoping import organization_scope
-from agentops.services.secrets import provider_secret_set
 from runs.models import Run, Step, ToolCall
 from runs.services.agents import agent_create
 from runs.services.execute import run_execute, run_start
@@ -36,13 +35,7 @@ def live_calculator_calls(monkeypatch):
 
 
 def _use_fake_mistral(tenant, fake_mistral):
-    provider_secret_set(
-        organization=tenant.organization,
-        actor=None,
-        provider="mistral",
-        api_key="sk-test-key-123456",
-        base_url=fake_mistral.url,
-    )
+    fake_mistral.serve(tenant.organization)
 
 
 def _execute(run) -> Run:

@@ -15,7 +15,6 @@ from agentops.llm.mistral import MistralProvider
 from agentops.llm.offline import OfflineProvider
 from agentops.routing import websocket_urlpatterns
 from agentops.scoping import organization_scope
-from agentops.services.secrets import provider_secret_set
 from runs.models import Run, Step
 from runs.services.agents import agent_create
 from runs.services.execute import run_execute, run_start
@@ -111,13 +110,7 @@ async def _close_worker_thread_connections():
 def _start_streaming_run(tenant, fake_mistral) -> Run:
     fake_mistral.reply(completion(content=ANSWER), chunk_delay=0.02)
     with organization_scope(tenant.organization):
-        provider_secret_set(
-            organization=tenant.organization,
-            actor=None,
-            provider="mistral",
-            api_key="sk-test-key-123456",
-            base_url=fake_mistral.url,
-        )
+        fake_mistral.serve(tenant.organization)
         agent = agent_create(project=tenant.project, actor=tenant.member, name="talker", model="mistral-large-latest")
         return run_start(project=tenant.project, agent=agent, actor=tenant.member, input="Say something.")
 

@@ -12,7 +12,6 @@ import pytest
 from django.utils import timezone
 
 from agentops.scoping import organization_scope
-from agentops.services.secrets import provider_secret_set
 from runs.models import Message, Run, Step
 from runs.services.agents import agent_create
 from runs.services.execute import run_cancel, run_start, stalled_run_ids
@@ -44,13 +43,7 @@ def _run(pk: int) -> Run:
 
 def _start_run(tenant, fake_mistral) -> Run:
     with organization_scope(tenant.organization):
-        provider_secret_set(
-            organization=tenant.organization,
-            actor=None,
-            provider="mistral",
-            api_key="sk-test-key-123456",
-            base_url=fake_mistral.url,
-        )
+        fake_mistral.serve(tenant.organization)
         agent = agent_create(
             project=tenant.project,
             actor=tenant.member,
