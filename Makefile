@@ -37,12 +37,15 @@ browser-check:
 	fi
 
 ## check-runtime: the platform starts with requirements.txt alone (no test-only package
-## hiding a missing runtime dependency); used by CI after the tests.
+## hiding a missing runtime dependency): the system checks pass and every Celery task
+## module imports (what a worker loads); used by CI after the tests.
 check-runtime:
 	rm -rf .venv-runtime
 	$(PYTHON) -m venv .venv-runtime
 	.venv-runtime/bin/python -m pip install --quiet -r requirements.txt
-	data=$$(mktemp -d); DEBUG=true DATA_DIR=$$data .venv-runtime/bin/python manage.py check --fail-level WARNING; \
+	data=$$(mktemp -d); DEBUG=true DATA_DIR=$$data .venv-runtime/bin/python manage.py check --fail-level WARNING \
+		&& DEBUG=true DATA_DIR=$$data .venv-runtime/bin/python -c "import django; django.setup(); \
+		from agentops.celery import app; app.loader.import_default_modules(); print('Celery tasks import.')"; \
 		status=$$?; rm -rf $$data .venv-runtime; exit $$status
 
 lint: $(VENV)/.dev-installed

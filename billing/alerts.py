@@ -23,7 +23,7 @@ import logging
 from datetime import timedelta
 from decimal import Decimal
 
-import httpx
+import requests
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
@@ -223,7 +223,7 @@ def _deliver_webhook(alert: BudgetAlert, budget: Budget) -> str:
         url = check_outbound_url(crypto.decrypt(budget.webhook_ciphertext))
         # Slack's incoming-webhook shape, which Mattermost, Discord (/slack) and
         # Teams workflows accept too. No redirects: the checked host is the one called.
-        response = httpx.post(url, json={"text": alert.message}, timeout=WEBHOOK_TIMEOUT, follow_redirects=False)
+        response = requests.post(url, json={"text": alert.message}, timeout=WEBHOOK_TIMEOUT, allow_redirects=False)
     except Exception as exc:  # noqa: BLE001 - a failed channel is recorded, never raised
         logger.warning("could not call the webhook of budget %s", budget.pk, exc_info=True)
         return f"failed: {exc.__class__.__name__}: {str(exc)[:200]}"

@@ -126,7 +126,7 @@ def test_failed_channels_are_recorded_never_raised(tenant, announced, settings, 
     spend(tenant.project, "1")
     (alert,) = evaluate_alerts(tenant.organization.pk)
     assert alert.deliveries["email"] == "failed: ConnectionRefusedError"
-    assert alert.deliveries["webhook"].startswith("failed: ConnectError")
+    assert alert.deliveries["webhook"].startswith("failed: ConnectionError")
 
 
 def test_webhook_is_checked_again_when_called(tenant, announced, webhook_server, settings):
