@@ -44,7 +44,7 @@ check-runtime:
 	$(PYTHON) -m venv .venv-runtime
 	.venv-runtime/bin/python -m pip install --quiet -r requirements.txt
 	data=$$(mktemp -d); DEBUG=true DATA_DIR=$$data .venv-runtime/bin/python manage.py check --fail-level WARNING \
-		&& DEBUG=true DATA_DIR=$$data .venv-runtime/bin/python -c "import django; django.setup(); \
+		&& DJANGO_SETTINGS_MODULE=agentops.settings DEBUG=true DATA_DIR=$$data .venv-runtime/bin/python -c "import django; django.setup(); \
 		from agentops.celery import app; app.loader.import_default_modules(); print('Celery tasks import.')"; \
 		status=$$?; rm -rf $$data .venv-runtime; exit $$status
 
