@@ -213,6 +213,11 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Send parameters separately from the SQL (PostgreSQL's extended protocol) instead of
 # quoting them into the text in Python: much faster for the big JSON of trace payloads.
 DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
+# Statements run five times on a connection are prepared (planned once): the write path
+# runs the same few statements for every batch. Off behind a connection pooler that does
+# not keep prepared statements (PgBouncer in transaction mode before 1.21).
+if env_bool("DATABASE_PREPARED_STATEMENTS", True):
+    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: REDIS_URL, or the embedded Redis under DATA_DIR.

@@ -32,7 +32,8 @@ def database_url() -> str:
     query = {
         key: value
         for key, value in database.get("OPTIONS", {}).items()
-        if isinstance(value, str | int) and not isinstance(value, bool)
+        # prepare_threshold is psycopg's, set by the settings themselves, not libpq's.
+        if isinstance(value, str | int) and not isinstance(value, bool) and key != "prepare_threshold"
     }
     query.update({key: database[key.upper()] for key in ("host", "port") if database[key.upper()]})
     user = quote(database["USER"] or "", safe="")
