@@ -94,6 +94,24 @@ def prices_changed() -> None:
         _cache["prices"] = None
 
 
+def _matching(kind: str, owner: int | None, name: str) -> list[Price]:
+    """The versions of ``kind`` owned by ``owner`` whose pattern matches ``name``, kept
+    with the catalog's copy (a batch prices the same few models hundreds of times)."""
+    prices = _prices(kind, owner)
+    key = (kind, owner, name)
+    with _cache_lock:
+        memo = _cache.setdefault("matching", {})
+        if memo.get("for") is not _cache["prices"]:
+            memo.clear()
+            memo["for"] = _cache["prices"]
+        if key not in memo:
+            if len(memo) > 10_000:  # names are the clients': bound the memory
+                memo.clear()
+                memo["for"] = _cache["prices"]
+            memo[key] = [p for p in prices if _matches(p, name)]
+        return memo[key]
+
+
 def _matches(price: Price, name: str) -> bool:
     """Whether ``price`` applies to ``name`` (lowercased): names and prefixes entered
     with capitals in the admin match too."""
@@ -141,7 +159,7 @@ def _lookup(
     name = name.strip().lower()
 
     def groups(owner: int | None) -> list[list[Price]]:
-        rows = [p for p in _prices(kind, owner) if _matches(p, name)]
+        rows = _matching(kind, owner, name)
         if providers is None:
             return [rows]
         return [[p for p in rows if p.provider.lower() == provider] for provider in providers]
