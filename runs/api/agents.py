@@ -8,7 +8,6 @@ from rest_framework.response import Response
 
 from agentops.api.base import ProjectEndpoint
 from agentops.errors import NotFound
-from agentops.models import ApiKey
 from runs import selectors
 from runs.api.serializers import RunDetailSerializer
 from runs.models import Agent, AgentVersion, WebhookTool
@@ -213,7 +212,7 @@ def start_run(view, request):
         input=data["input"],
         version_number=data.get("version"),
         parameters=data.get("parameters"),
-        api_key=request.auth if isinstance(request.auth, ApiKey) else None,
+        api_key=view.access.api_key,
         ip=view.client_ip,
     )
     return Response(

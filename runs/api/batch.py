@@ -42,7 +42,6 @@ from agentops.api.base import OrganizationEndpoint
 from agentops.api.errors import error_body
 from agentops.api.idempotency import idempotent
 from agentops.errors import Forbidden, InvalidRequest
-from agentops.models import ApiKey
 from runs.api import serializers as s
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
@@ -415,7 +414,5 @@ class IngestView(OrganizationEndpoint):
             raise PayloadTooLarge(
                 f"events: {len(events)} events, over the limit of {MAX_BATCH_EVENTS}: split the batch"
             )
-        results = ingest_batch(
-            project=self.project, events=events, api_key=request.auth if isinstance(request.auth, ApiKey) else None
-        )
+        results = ingest_batch(project=self.project, events=events, api_key=self.access.api_key)
         return Response({"results": results}, status=status.HTTP_207_MULTI_STATUS)

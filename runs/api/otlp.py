@@ -50,7 +50,6 @@ from agentops.access import Access
 from agentops.api.authentication import ApiKeyAuthentication
 from agentops.api.throttling import ApiKeyRateThrottle
 from agentops.errors import ServiceError
-from agentops.models import ApiKey
 from agentops.scoping import organization_scope, reset_scope
 from runs.otlp import decode, mapping
 from runs.services.ingest import ingest
@@ -129,7 +128,7 @@ class OtlpExportView(APIView):
                     messages=batch.messages,
                     tool_calls=batch.tool_calls,
                     snapshots=batch.snapshots,
-                    api_key=request.auth if isinstance(request.auth, ApiKey) else None,
+                    api_key=self.access.api_key,
                 )
         return self.answer(batch, media)
 

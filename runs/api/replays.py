@@ -8,7 +8,6 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from agentops.api.idempotency import idempotent
-from agentops.models import ApiKey
 from runs import selectors
 from runs.api.serializers import RunDetailSerializer
 from runs.api.views import RunsEndpoint
@@ -104,7 +103,7 @@ class RunReplaysView(RunsEndpoint):
             unmatched=data["unmatched"],
             fork_step=data["fork_step"],
             repeat=data["repeat"],
-            api_key=request.auth if isinstance(request.auth, ApiKey) else None,
+            api_key=self.access.api_key,
             ip=self.client_ip,
         )
         fresh = [selectors.run_detail(project=self.project, run_id=run.pk) for run in runs]
