@@ -12,6 +12,7 @@ urlpatterns = [
     path("api/v1/otlp/", include("runs.api.urls_otlp")),
     path("api/v1/", include("agentops.api.urls")),
     path("api/v1/", include("runs.api.urls")),
+    path("api/v1/", include("evals.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("agentops.page_urls")),

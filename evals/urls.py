@@ -1,6 +1,14 @@
-from django.urls import path
+"""Pages of evaluations, mounted at /o/<org>/p/<project>/evals/: each feature's module
+lists its own paths."""
 
-from evals import views
+from evals.views import annotations, datasets, evaluators, experiments, online, run_panel
 
 app_name = "evals"
-urlpatterns = [path("", views.index, name="index")]
+urlpatterns = [
+    *datasets.urlpatterns,
+    *evaluators.urlpatterns,
+    *experiments.urlpatterns,
+    *annotations.urlpatterns,
+    *online.urlpatterns,
+    *run_panel.urlpatterns,
+]

@@ -1,0 +1,3 @@
+"""API of evaluations: annotations."""
+
+urlpatterns: list = []

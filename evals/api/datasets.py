@@ -1,0 +1,3 @@
+"""API of evaluations: datasets."""
+
+urlpatterns: list = []

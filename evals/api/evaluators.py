@@ -1,0 +1,3 @@
+"""API of evaluations: evaluators."""
+
+urlpatterns: list = []

@@ -1,0 +1,3 @@
+"""API of evaluations: experiments."""
+
+urlpatterns: list = []

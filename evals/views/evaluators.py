@@ -1,0 +1,3 @@
+"""Pages of evaluations: evaluators."""
+
+urlpatterns: list = []

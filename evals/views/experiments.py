@@ -1,0 +1,3 @@
+"""Pages of evaluations: experiments."""
+
+urlpatterns: list = []

@@ -1,0 +1,3 @@
+"""Pages of evaluations: online."""
+
+urlpatterns: list = []
