@@ -136,6 +136,7 @@ class ProviderSecret(TenantModel):
 
     class Provider(models.TextChoices):
         MISTRAL = "mistral", "Mistral"
+        WANDB = "wandb", "Weights & Biases"
 
     provider = models.CharField(max_length=32, choices=Provider.choices)
     api_key_ciphertext = models.TextField()

@@ -247,6 +247,11 @@ CHANNEL_LAYERS = {
     }
 }
 
+# Weights & Biases logging of ended experiments (only when an organization saved a W&B
+# key and the optional `wandb` package is installed): "online", or "offline" (to disk).
+WANDB_MODE = os.environ.get("WANDB_MODE", "online")
+WANDB_DIR = Path(os.environ.get("WANDB_DIR", str(DATA_DIR / "wandb")))
+
 # --- Celery (agentops/celery.py reads every CELERY_* setting).
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
@@ -288,6 +293,15 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(seconds=10),
         # Stale when no worker took it: the next one drains the same backlog.
         "options": {"expires": 10},
+    },
+    "recover-experiments": {
+        "task": "evals.tasks.recover_experiments",
+        "schedule": timedelta(minutes=1),
+    },
+    "score-online-runs": {
+        "task": "evals.tasks.score_online_runs",
+        "schedule": timedelta(seconds=30),
+        "options": {"expires": 30},
     },
 }
 

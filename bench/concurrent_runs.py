@@ -30,38 +30,47 @@ def main() -> None:
     with private_platform() as env:
         try:
             project, agent, user = prepare(serve_tool_calling_mistral(args.steps, args.latency))
-            for n in range(2):
-                workers.append(
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "celery",
-                            "-A",
-                            "agentops",
-                            "worker",
-                            "--pool",
-                            "threads",
-                            "--concurrency",
-                            str(args.threads),
-                            "--loglevel",
-                            "WARNING",
-                            "-n",
-                            f"bench{n}@%h",
-                        ],
-                        cwd=ROOT,
-                        env=env,
-                        stdout=subprocess.DEVNULL,
-                    )
-                )
+            workers = start_workers(env, count=2, threads=args.threads)
             wait_for_workers(2)
             run_ids, started = start_runs(project, agent, user, args.runs)
             check(project, run_ids, started, args)
         finally:
-            for worker in workers:
-                worker.terminate()
-            for worker in workers:
-                worker.wait(timeout=60)
+            stop_workers(workers)
+
+
+def start_workers(env: dict[str, str], *, count: int, threads: int) -> list[subprocess.Popen]:
+    """``count`` `celery worker` processes with a pool of ``threads`` threads each."""
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "agentops",
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                str(threads),
+                "--loglevel",
+                "WARNING",
+                "-n",
+                f"bench{n}@%h",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        for n in range(count)
+    ]
+
+
+def stop_workers(workers: list[subprocess.Popen]) -> None:
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.wait(timeout=60)
 
 
 def prepare(url: str):

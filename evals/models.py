@@ -225,8 +225,12 @@ class ExperimentResult(TenantModel):
     tokens = models.BigIntegerField(default=0)
     latency_ms = models.BigIntegerField(null=True, blank=True)
     scores = models.JSONField(default=dict, blank=True, help_text="metric -> score (0 to 1), copied from Score rows.")
+    reported = models.JSONField(
+        default=dict, blank=True, help_text="What an outside harness sent beside the output: steps, tool calls."
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now, help_text="When its status last changed.")
 
     class Meta:
         constraints = [

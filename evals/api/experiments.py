@@ -1,3 +1,352 @@
-"""API of evaluations: experiments."""
+"""Experiments over the API: start one (CI does, with a project API key), follow it,
+read its per-item results, report results from an outside harness, cancel, and ask
+the quality gate."""
 
-urlpatterns: list = []
+from __future__ import annotations
+
+from django.urls import path, reverse
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+
+from agentops.api.base import ProjectEndpoint
+from agentops.api.idempotency import idempotent
+from agentops.api.pagination import CreatedCursorPagination
+from agentops.errors import NotFound
+from evals import selectors
+from evals.models import Dataset, Evaluator, Experiment, ExperimentResult
+from evals.services.experiments import (
+    MAX_CONCURRENCY,
+    experiment_cancel,
+    experiment_complete,
+    experiment_start,
+    results_report,
+)
+from evals.services.gate import gate_check
+from runs.models import Agent
+
+
+class ExperimentSerializer(serializers.ModelSerializer):
+    dataset = serializers.SerializerMethodField()
+    dataset_version = serializers.IntegerField(source="dataset_version.number")
+    agent = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField()
+    total_cost = serializers.DecimalField(max_digits=18, decimal_places=9, coerce_to_string=True)
+    evaluators = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Experiment
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "status",
+            "dataset",
+            "dataset_version",
+            "agent",
+            "model",
+            "parameters",
+            "evaluators",
+            "branch",
+            "commit",
+            "metadata",
+            "concurrency",
+            "item_count",
+            "completed_count",
+            "error_count",
+            "progress",
+            "summary",
+            "total_cost",
+            "total_tokens",
+            "error",
+            "created_at",
+            "started_at",
+            "ended_at",
+            "url",
+        ]
+
+    def get_dataset(self, experiment) -> dict:
+        return {"id": experiment.dataset_id, "name": experiment.dataset.name}
+
+    def get_agent(self, experiment) -> dict:
+        return {"name": experiment.agent_name, "version": experiment.agent_version_label}
+
+    def get_progress(self, experiment) -> float:
+        return (experiment.completed_count / experiment.item_count) if experiment.item_count else 0.0
+
+    def get_evaluators(self, experiment) -> list[dict]:
+        return [
+            {"name": spec["name"], "kind": spec["kind"], "threshold": spec.get("threshold")}
+            for spec in experiment.evaluators
+        ]
+
+    def get_url(self, experiment) -> str:
+        page = reverse(
+            "evals:experiment",
+            kwargs={
+                "org_slug": experiment.project.organization.slug,
+                "project_slug": experiment.project.slug,
+                "experiment_id": experiment.pk,
+            },
+        )
+        request = self.context.get("request")
+        return request.build_absolute_uri(page) if request is not None else page
+
+
+class ExperimentStartSerializer(serializers.Serializer):
+    dataset = serializers.JSONField(help_text="The dataset's name or id.")
+    dataset_version = serializers.IntegerField(required=False, allow_null=True, min_value=1, default=None)
+    agent = serializers.JSONField(required=False, allow_null=True, default=None, help_text="The agent's name or id.")
+    agent_version = serializers.IntegerField(required=False, allow_null=True, min_value=1, default=None)
+    evaluators = serializers.ListField(child=serializers.CharField(max_length=64), allow_empty=False)
+    kind = serializers.ChoiceField(choices=Experiment.Kind.values, default=Experiment.Kind.EXECUTED)
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    concurrency = serializers.IntegerField(min_value=1, max_value=MAX_CONCURRENCY, default=4)
+    parameters = serializers.DictField(required=False, default=dict)
+    branch = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    commit = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    metadata = serializers.DictField(required=False, default=dict)
+
+
+class ResultSerializer(serializers.ModelSerializer):
+    input = serializers.JSONField(source="item.input")
+    expected = serializers.JSONField(source="item.expected")
+    passed = serializers.SerializerMethodField()
+    cost = serializers.DecimalField(max_digits=18, decimal_places=9, coerce_to_string=True)
+
+    class Meta:
+        model = ExperimentResult
+        fields = [
+            "id",
+            "item_key",
+            "status",
+            "input",
+            "expected",
+            "output",
+            "scores",
+            "passed",
+            "cost",
+            "tokens",
+            "latency_ms",
+            "run_id",
+            "error",
+            "started_at",
+            "ended_at",
+        ]
+
+    def get_passed(self, result) -> dict:
+        thresholds = self.context["thresholds"]
+        return {
+            name: (None if value is None or thresholds.get(name) is None else value >= thresholds[name])
+            for name, value in (result.scores or {}).items()
+        }
+
+
+class ResultsReportSerializer(serializers.Serializer):
+    results = serializers.ListField(child=serializers.JSONField(), allow_empty=False)
+
+
+class GateSerializer(serializers.Serializer):
+    conditions = serializers.ListField(child=serializers.JSONField(), allow_empty=False)
+    baseline = serializers.JSONField(required=False, allow_null=True, default=None)
+
+
+class ResultPagination(CreatedCursorPagination):
+    ordering = ("id",)
+    page_size = 100
+
+
+def _named(model, project, value, what: str):
+    """A dataset or agent of the project by id (a number) or by name."""
+    queryset = model.objects.filter(project=project)
+    found = (
+        queryset.filter(pk=value).first()
+        if isinstance(value, int) and not isinstance(value, bool)
+        else queryset.filter(name=value).first()
+        if isinstance(value, str)
+        else None
+    )
+    if found is None:
+        raise NotFound(f"no {what} {value!r} in this project")
+    return found
+
+
+class ExperimentsEndpoint(ProjectEndpoint):
+    queryset = Experiment.objects.none()
+
+    def get_experiment(self) -> Experiment:
+        experiment = (
+            Experiment.objects.select_related("dataset", "dataset_version", "project__organization")
+            .filter(project=self.project, pk=self.kwargs["experiment_id"])
+            .first()
+        )
+        if experiment is None:
+            raise NotFound("experiment not found")
+        return experiment
+
+    def represent(self, experiment: Experiment) -> dict:
+        return ExperimentSerializer(experiment, context={"request": self.request}).data
+
+
+class ExperimentListView(ExperimentsEndpoint):
+    """GET: the project's experiments, newest first (filters: `dataset` name or id,
+    `branch`, `status`). POST: start an experiment (202; `Idempotency-Key` honoured;
+    members, or API keys with the `execute` scope). 402 when a hard budget is spent."""
+
+    permissions = {"GET": "work:read", "POST": "work:write"}
+    serializer_class = ExperimentSerializer
+    pagination_class = CreatedCursorPagination
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("dataset", str, description="Dataset name or id."),
+            OpenApiParameter("branch", str),
+            OpenApiParameter("status", str, enum=Experiment.Status.values),
+        ]
+    )
+    def get(self, request, org_slug, project_slug):
+        dataset_id = None
+        if request.query_params.get("dataset"):
+            value = request.query_params["dataset"]
+            dataset_id = _named(Dataset, self.project, int(value) if value.isdigit() else value, "dataset").pk
+        queryset = selectors.experiment_list(
+            project=self.project,
+            dataset_id=dataset_id,
+            branch=request.query_params.get("branch", ""),
+            status=request.query_params.get("status", ""),
+        ).select_related("project__organization")
+        page = self.paginate_queryset(queryset)
+        return self.get_paginated_response(ExperimentSerializer(page, many=True, context={"request": request}).data)
+
+    @extend_schema(request=ExperimentStartSerializer, responses={202: ExperimentSerializer})
+    @idempotent
+    def post(self, request, org_slug, project_slug):
+        serializer = ExperimentStartSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        dataset = _named(Dataset, self.project, data["dataset"], "dataset")
+        agent = _named(Agent, self.project, data["agent"], "agent") if data["agent"] is not None else None
+        evaluators = []
+        for name in data["evaluators"]:
+            evaluator = Evaluator.objects.filter(project=self.project, name=name).first()
+            if evaluator is None:
+                raise NotFound(f"no evaluator {name!r} in this project")
+            evaluators.append(evaluator)
+        experiment = experiment_start(
+            project=self.project,
+            actor=request.user if request.user.pk else None,
+            dataset=dataset,
+            dataset_version_number=data["dataset_version"],
+            agent=agent,
+            agent_version_number=data["agent_version"],
+            evaluators=evaluators,
+            kind=data["kind"],
+            name=data["name"],
+            concurrency=data["concurrency"],
+            parameters=data["parameters"],
+            branch=data["branch"],
+            commit=data["commit"],
+            metadata=data["metadata"],
+            api_key=self.access.api_key,
+            ip=self.client_ip,
+        )
+        self.kwargs["experiment_id"] = experiment.pk
+        return Response(self.represent(self.get_experiment()), status=status.HTTP_202_ACCEPTED)
+
+
+class ExperimentDetailView(ExperimentsEndpoint):
+    """One experiment: status, progress, and when it has ended each metric's mean with
+    its 95% interval, pass rates, cost and latency (`summary`)."""
+
+    permissions = {"GET": "work:read"}
+    serializer_class = ExperimentSerializer
+
+    def get(self, request, org_slug, project_slug, experiment_id):
+        return Response(self.represent(self.get_experiment()))
+
+
+class ExperimentResultsView(ExperimentsEndpoint):
+    """GET: per-item results in item order (cursor-paginated). POST: report results of
+    an external experiment (`{"results": [{"item", "output", "scores"?, "cost"?,
+    "latency_ms"?, "tokens"?, "error"?, "steps"?, "tool_calls"?}]}`), all or none; the
+    platform's evaluators score them on a worker."""
+
+    permissions = {"GET": "work:read", "POST": "work:write"}
+    serializer_class = ResultSerializer
+    pagination_class = ResultPagination
+
+    def get(self, request, org_slug, project_slug, experiment_id):
+        experiment = self.get_experiment()
+        page = self.paginate_queryset(selectors.result_list(experiment=experiment))
+        thresholds = {spec["name"]: spec.get("threshold") for spec in experiment.evaluators}
+        return self.get_paginated_response(ResultSerializer(page, many=True, context={"thresholds": thresholds}).data)
+
+    @extend_schema(request=ResultsReportSerializer, responses={202: ExperimentSerializer})
+    def post(self, request, org_slug, project_slug, experiment_id):
+        serializer = ResultsReportSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        experiment = self.get_experiment()
+        accepted = results_report(experiment=experiment, results=serializer.validated_data["results"])
+        return Response(
+            {"accepted": accepted, "experiment": self.represent(self.get_experiment())},
+            status=status.HTTP_202_ACCEPTED,
+        )
+
+
+class ExperimentCompleteView(ExperimentsEndpoint):
+    """End an external experiment once its reported items are scored."""
+
+    permissions = {"POST": "work:write"}
+
+    @extend_schema(request=None, responses={200: ExperimentSerializer})
+    def post(self, request, org_slug, project_slug, experiment_id):
+        experiment_complete(
+            experiment=self.get_experiment(), actor=request.user if request.user.pk else None, ip=self.client_ip
+        )
+        return Response(self.represent(self.get_experiment()))
+
+
+class ExperimentCancelView(ExperimentsEndpoint):
+    """Cancel a running experiment: no new items start, running ones are cancelled."""
+
+    permissions = {"POST": "work:write"}
+
+    @extend_schema(request=None, responses={200: ExperimentSerializer})
+    def post(self, request, org_slug, project_slug, experiment_id):
+        experiment_cancel(
+            experiment=self.get_experiment(), actor=request.user if request.user.pk else None, ip=self.client_ip
+        )
+        return Response(self.represent(self.get_experiment()))
+
+
+class ExperimentGateView(ExperimentsEndpoint):
+    """The quality gate: `{"conditions": [{"metric", "comparator", "threshold",
+    "relative"?}], "baseline": {"experiment": id} | {"branch": "main"} | null}` ->
+    `{"status": "passed"|"failed", "conditions": [{"metric", "comparator", "threshold",
+    "actual", "status", ...}]}`. 409 while the experiment runs."""
+
+    permissions = {"POST": "work:read"}
+
+    @extend_schema(request=GateSerializer, responses={200: dict})
+    def post(self, request, org_slug, project_slug, experiment_id):
+        serializer = GateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        answer = gate_check(
+            experiment=self.get_experiment(),
+            conditions=serializer.validated_data["conditions"],
+            baseline=serializer.validated_data["baseline"],
+        )
+        return Response(answer)
+
+
+project = "projects/<slug:org_slug>/<slug:project_slug>"
+experiment = f"{project}/experiments/<int:experiment_id>"
+urlpatterns = [
+    path(f"{project}/experiments/", ExperimentListView.as_view(), name="api-experiment-list"),
+    path(f"{experiment}/", ExperimentDetailView.as_view(), name="api-experiment-detail"),
+    path(f"{experiment}/results/", ExperimentResultsView.as_view(), name="api-experiment-results"),
+    path(f"{experiment}/complete/", ExperimentCompleteView.as_view(), name="api-experiment-complete"),
+    path(f"{experiment}/cancel/", ExperimentCancelView.as_view(), name="api-experiment-cancel"),
+    path(f"{experiment}/gate/", ExperimentGateView.as_view(), name="api-experiment-gate"),
+]

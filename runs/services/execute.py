@@ -38,6 +38,7 @@ from runs.services.approvals import approval_request
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.services.recorded_tools import recorded_tools
 from runs.services.redaction import redactor_for
+from runs.signals import run_ended
 from runs.tools.base import ToolContext, ToolError
 from runs.tools.registry import tools_for
 
@@ -130,21 +131,26 @@ def create_executed_run(
     input: Any,
     spec: dict,
     parameters: dict,
-    audit: tuple[str, dict],
+    audit: tuple[str, dict] | None,
     version: AgentVersion | None = None,
     state: dict | None = None,
     replay_of: Run | None = None,
     prefix: dict | None = None,
+    fields: dict | None = None,
     api_key=None,
     ip: str | None = None,
 ) -> Run:
-    """Store a queued executed run (an agent run or a replay) and hand it to a worker
-    once the transaction commits. ``state`` seeds the executor's state (a forked replay
-    starts mid-conversation); ``prefix`` holds steps, messages, tool calls and snapshots
-    (ingest's keyword arguments) stored with it, as the fork's copied beginning."""
+    """Store a queued executed run (an agent run, a replay, an experiment's item) and
+    hand it to a worker once the transaction commits. ``state`` seeds the executor's
+    state (a forked replay starts mid-conversation); ``prefix`` holds steps, messages,
+    tool calls and snapshots (ingest's keyword arguments) stored with it, as the fork's
+    copied beginning; ``fields``: more run fields (environment, tags, metadata keys).
+    ``audit``: the audit record to write, or None when the caller audits the whole
+    (an experiment audits itself once, not each of its runs)."""
     now = timezone.now()
     trace_id = f"exec-{uuid.uuid4().hex}"
-    metadata: dict[str, Any] = {"executed": True, "parameters": parameters}
+    fields = dict(fields or {})
+    metadata: dict[str, Any] = {**fields.pop("metadata", {}), "executed": True, "parameters": parameters}
     if replay_of is not None:
         metadata["replay_of"] = replay_of.pk
     with transaction.atomic():
@@ -160,6 +166,7 @@ def create_executed_run(
                         "status": Run.Status.QUEUED,
                         "input": input,
                         "started_at": now,
+                        **fields,
                         "metadata": metadata,
                     },
                 )
@@ -176,8 +183,9 @@ def create_executed_run(
             ingest(
                 project=project, **{key: [_retraced(item, trace_id) for item in items] for key, items in prefix.items()}
             )
-        action, data = audit
-        audit_record(organization=project.organization, actor=actor, action=action, target=run, data=data, ip=ip)
+        if audit is not None:
+            action, data = audit
+            audit_record(organization=project.organization, actor=actor, action=action, target=run, data=data, ip=ip)
         transaction.on_commit(lambda: _enqueue(project.organization_id, run.pk))
     return run
 
@@ -221,6 +229,7 @@ def _finish(run: Run, *, status: str, output: Any = None, error: str = "") -> No
         runs=[RunEvent(trace_id=run.trace_id, fields=fields)],
         steps=[_root_step(run, status=status, error=error, output=output, ended=True)],
     )
+    run_ended.send(sender=Run, run=run, status=status)
 
 
 def _ingest(run: Run, **batch) -> None:

@@ -397,7 +397,7 @@ def test_runs_page_is_an_empty_state_explaining_how_to_send_traces(signed_in, te
 @pytest.mark.parametrize(
     ("path", "heading"),
     [
-        (f"{PROJECT}/evals/", "Evaluations are coming"),
+        # Evaluations is no longer coming: tests/evals/test_dataset_pages.py covers its home.
         (f"{PROJECT}/jobs/", "Jobs are coming"),
     ],
 )

@@ -1,0 +1,277 @@
+"""Leaderboards and experiment results as CSV and JSON Lines, written as they are read.
+
+The pages (``evals.views.experiments``) and the API stream the same rows:
+
+- ``experiment_results_rows(experiment)`` and ``leaderboard_rows(dataset, names, rows)``
+  give one plain dict per line, nested the way JSON Lines shows it (``scores``,
+  ``passed``, ``metrics``);
+- ``write_jsonl(rows)`` and ``write_csv(rows, fieldnames)`` turn them into text lines;
+  CSV flattens the nesting into dotted columns (``scores.correctness``,
+  ``metrics.correctness.ci_low``) named by ``experiment_results_fieldnames`` and
+  ``leaderboard_fieldnames``;
+- ``streaming_response`` sends the lines, reading the database in batches inside the
+  organization's scope (the body is consumed after the view has returned).
+
+An experiment's results are read by id in batches of ``RESULTS_BATCH``, each batch its
+own query, so a 50,000-item experiment never sits in memory and no database cursor
+has to outlive a batch.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Iterator
+from decimal import Decimal
+from itertools import islice
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import StreamingHttpResponse
+
+from agentops.scoping import organization_scope
+from evals import selectors
+from evals.models import Dataset, Experiment, ExperimentResult
+
+RESULTS_BATCH = 500
+# Lines per chunk of the response body: one trip to the database thread per chunk.
+LINES_PER_CHUNK = 200
+FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
+RESULT_COLUMNS_BEFORE = ["item_key", "status", "input", "expected", "output"]
+RESULT_COLUMNS_AFTER = ["cost", "latency_ms", "tokens", "error", "run_id"]
+LEADERBOARD_COLUMNS_BEFORE = [
+    "experiment_id",
+    "name",
+    "status",
+    "agent",
+    "agent_version",
+    "model",
+    "branch",
+    "commit",
+    "dataset_version",
+    "items",
+]
+LEADERBOARD_COLUMNS_AFTER = ["pass_rate", "cost", "cost_per_item", "latency_p50_ms", "latency_p95_ms", "created_at"]
+METRIC_FIELDS = ("mean", "ci_low", "ci_high", "n", "pass_rate")
+# A cell starting with one of these is a formula to a spreadsheet; agents write the
+# outputs, so such text is quoted (as the billing export does).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+# -- rows ----------------------------------------------------------------------------------
+
+
+def experiment_results_rows(experiment: Experiment, *, batch_size: int = RESULTS_BATCH) -> Iterator[dict[str, Any]]:
+    """One dict per item of ``experiment``, in item order: key, status, input, expected,
+    output, ``scores`` and ``passed`` per metric (None when not scored), cost (a decimal
+    string), latency, tokens, error and run id. Call with the organization in scope."""
+    names = selectors.metric_names(experiment)
+    thresholds = {spec["name"]: spec.get("threshold") for spec in experiment.evaluators}
+    last_id = 0
+    while True:
+        batch = list(
+            ExperimentResult.objects.filter(experiment=experiment, pk__gt=last_id)
+            .select_related("item")
+            .order_by("id")[:batch_size]
+        )
+        if not batch:
+            return
+        for result in batch:
+            scores = result.scores or {}
+            yield {
+                "item_key": result.item_key,
+                "status": result.status,
+                "input": result.item.input,
+                "expected": result.item.expected,
+                "output": result.output,
+                "scores": {name: scores.get(name) for name in names},
+                "passed": {name: score_passed(scores.get(name), thresholds.get(name)) for name in names},
+                "cost": str(result.cost),
+                "latency_ms": result.latency_ms,
+                "tokens": result.tokens,
+                "error": result.error,
+                "run_id": result.run_id,
+            }
+        if len(batch) < batch_size:
+            return
+        last_id = batch[-1].pk
+
+
+def score_passed(value: float | None, threshold: float | None) -> bool | None:
+    """Whether a score reaches its evaluator's threshold; None when unscored or when the
+    metric has no threshold (a score reported from outside with no evaluator of its name)."""
+    if value is None or threshold is None:
+        return None
+    return value >= threshold
+
+
+def experiment_results_fieldnames(experiment: Experiment) -> list[str]:
+    names = selectors.metric_names(experiment)
+    return [
+        *RESULT_COLUMNS_BEFORE,
+        *(f"scores.{name}" for name in names),
+        *(f"passed.{name}" for name in names),
+        *RESULT_COLUMNS_AFTER,
+    ]
+
+
+def leaderboard_rows(dataset: Dataset, names: list[str], rows: Iterable) -> Iterator[dict[str, Any]]:
+    """One dict per experiment of a leaderboard (``selectors.leaderboard``'s rows, in
+    their order): who ran what, each metric of ``names`` with its interval and pass
+    rate, the pass rate over every evaluator, cost, latency and date."""
+    for row in rows:
+        experiment = row.experiment
+        summary = experiment.summary or {}
+        yield {
+            "experiment_id": experiment.pk,
+            "name": experiment.name,
+            "status": experiment.status,
+            "dataset": dataset.name,
+            "agent": experiment.agent_name,
+            "agent_version": experiment.agent_version_label,
+            "model": experiment.model,
+            "branch": experiment.branch,
+            "commit": experiment.commit,
+            "dataset_version": experiment.dataset_version.number,
+            "items": summary.get("items", experiment.completed_count),
+            "metrics": {
+                name: {field: (row.metrics.get(name) or {}).get(field) for field in METRIC_FIELDS} for name in names
+            },
+            "pass_rate": row.pass_rate,
+            "cost": str(row.cost),
+            "cost_per_item": summary.get("cost_per_item"),
+            "latency_p50_ms": row.latency_p50,
+            "latency_p95_ms": row.latency_p95,
+            "created_at": experiment.created_at.isoformat(),
+        }
+
+
+def leaderboard_fieldnames(names: list[str]) -> list[str]:
+    return [
+        *LEADERBOARD_COLUMNS_BEFORE,
+        *(f"metrics.{name}.{field}" for name in names for field in METRIC_FIELDS),
+        *LEADERBOARD_COLUMNS_AFTER,
+    ]
+
+
+# -- writers ---------------------------------------------------------------------------------
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def write_jsonl(rows: Iterable[dict]) -> Iterator[str]:
+    """Each row as one line of JSON."""
+    for row in rows:
+        yield json.dumps(row, ensure_ascii=False, default=_json_default) + "\n"
+
+
+def _lookup(row: dict, column: str) -> Any:
+    """The value of a dotted column in a nested row: ``metrics.a.b.mean`` finds the
+    metric named "a.b" too (the longest key that matches wins at each level)."""
+    value: Any = row
+    rest = column
+    while rest:
+        if not isinstance(value, dict):
+            return None
+        if rest in value:
+            return value[rest]
+        parts = rest.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            key = ".".join(parts[:cut])
+            if key in value:
+                value, rest = value[key], ".".join(parts[cut:])
+                break
+        else:
+            return None
+    return value
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        value = json.dumps(value, ensure_ascii=False, default=_json_default)
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def write_csv(rows: Iterable[dict], fieldnames: list[str]) -> Iterator[str]:
+    """A header line, then one line per row with the ``fieldnames`` columns (dotted
+    names reach into nested values). JSON values that are not text (objects, lists) are
+    written as JSON; booleans as true/false; None as an empty cell."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+
+    def line(values: list) -> str:
+        buffer.seek(0)
+        buffer.truncate()
+        writer.writerow(values)
+        return buffer.getvalue()
+
+    yield line(fieldnames)
+    for row in rows:
+        yield line([_cell(_lookup(row, column)) for column in fieldnames])
+
+
+# -- the response ------------------------------------------------------------------------------
+
+
+def _chunks(lines: Iterable[str], organization) -> Any:
+    """A function returning the next chunk of text ("" at the end), reading inside the
+    organization's scope each time: the scope of the view is gone by the time the body
+    is read, and an ASGI server reads each chunk in a fresh copy of the context."""
+    iterator = iter(lines)
+
+    def take() -> str:
+        with organization_scope(organization):
+            return "".join(islice(iterator, LINES_PER_CHUNK))
+
+    return take
+
+
+def streaming_body(lines: Iterable[str], *, organization, asynchronous: bool):
+    """``lines`` as a response body read in chunks: an async iterator under ASGI (Django
+    would otherwise read a synchronous one to the end before sending anything), a plain
+    one under WSGI."""
+    take = _chunks(lines, organization)
+    if asynchronous:
+
+        async def body():
+            while chunk := await sync_to_async(take)():
+                yield chunk
+
+        return body()
+
+    def body_sync():
+        while chunk := take():
+            yield chunk
+
+    return body_sync()
+
+
+def streaming_response(request, lines: Iterable[str], *, organization, format: str, filename: str):
+    """A download of ``lines`` (``format`` "csv" or "jsonl") named ``filename``."""
+    raw = getattr(request, "_request", request)  # a DRF Request wraps Django's
+    response = StreamingHttpResponse(
+        streaming_body(lines, organization=organization, asynchronous=isinstance(raw, ASGIRequest)),
+        content_type=FORMATS[format],
+    )
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def export_lines(rows: Iterable[dict], *, format: str, fieldnames: list[str]) -> Iterator[str]:
+    """``rows`` written as ``format`` ("csv" or "jsonl")."""
+    return write_csv(rows, fieldnames) if format == "csv" else write_jsonl(rows)

@@ -1,0 +1,188 @@
+"""Evaluators: create, edit and archive them. Configurations are checked by
+``evals.services.scoring.validate_config``; a webhook evaluator gets a signing secret,
+encrypted at rest and shown once."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agentops import crypto
+from agentops.errors import Conflict, InvalidRequest
+from agentops.models import ApiKey
+from agentops.services.audit import audit_record
+from evals.models import Evaluator, OnlineRule
+from evals.services.scoring import new_webhook_secret, validate_config
+
+# A metric name is read back in gate conditions ("correctness.pass_rate") and CSV
+# headers: no dots, spaces or commas, and none of the experiment-wide metrics' names.
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+RESERVED_NAMES = frozenset(
+    {"pass_rate", "error_rate", "cost", "cost_per_item", "latency_p50", "latency_p95", "latency_ms", "tokens"}
+)
+SECRET_LENGTH = (16, 200)
+
+
+def _clean_name(name: str) -> str:
+    name = (name or "").strip()
+    if not NAME.match(name):
+        raise InvalidRequest(
+            "an evaluator's name is 1 to 64 letters, digits, _ or -, starting with a letter (e.g. correctness)"
+        )
+    if name.lower() in RESERVED_NAMES:
+        raise InvalidRequest(f"{name!r} is the name of an experiment-wide metric; choose another name")
+    return name
+
+
+def _clean_threshold(threshold: Any) -> float:
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
+        raise InvalidRequest("the pass threshold is a number from 0 to 1")
+    return float(threshold)
+
+
+def _clean_secret(secret: str) -> str:
+    low, high = SECRET_LENGTH
+    if not isinstance(secret, str) or not low <= len(secret.strip()) <= high:
+        raise InvalidRequest(f"a webhook secret is {low} to {high} characters")
+    return secret.strip()
+
+
+def _user(actor):
+    """The person to record as the creator (an API key is recorded in the audit log only)."""
+    return None if actor is None or isinstance(actor, ApiKey) else actor
+
+
+def _name_taken(project, name: str, *, exclude: int | None = None) -> Conflict:
+    other = Evaluator.objects.filter(project=project, name=name).exclude(pk=exclude).first()
+    archived = " (an archived one: restore it, or choose another name)" if other and other.archived else ""
+    return Conflict(f"an evaluator named {name!r} already exists in this project{archived}")
+
+
+def evaluator_create(
+    *,
+    project,
+    actor,
+    name: str,
+    kind: str,
+    config: dict | None = None,
+    description: str = "",
+    pass_threshold: float = 0.5,
+    secret: str | None = None,
+    ip: str | None = None,
+) -> tuple[Evaluator, str]:
+    """Create an evaluator; return it with its webhook signing secret (webhook kind
+    only, "" otherwise), which is shown this once and stored encrypted. A given
+    ``secret`` is used instead of a generated one."""
+    name = _clean_name(name)
+    if kind not in Evaluator.Kind.values:
+        raise InvalidRequest(f"unknown evaluator kind {kind!r}; use one of {', '.join(Evaluator.Kind.values)}")
+    cleaned = validate_config(kind, config or {})
+    threshold = _clean_threshold(pass_threshold)
+    if kind == Evaluator.Kind.WEBHOOK:
+        secret = _clean_secret(secret) if secret else new_webhook_secret()
+    elif secret:
+        raise InvalidRequest("only webhook evaluators have a signing secret")
+    else:
+        secret = ""
+    try:
+        with transaction.atomic():
+            evaluator = Evaluator.objects.create(
+                organization_id=project.organization_id,
+                project=project,
+                name=name,
+                kind=kind,
+                description=description or "",
+                config=cleaned,
+                pass_threshold=threshold,
+                secret_ciphertext=crypto.encrypt(secret) if secret else "",
+                created_by=_user(actor),
+            )
+            audit_record(
+                organization=project.organization,
+                actor=actor,
+                action="evaluator.create",
+                target=evaluator,
+                data={"project": project.slug, "kind": kind},
+                ip=ip,
+            )
+    except IntegrityError:
+        raise _name_taken(project, name) from None
+    return evaluator, secret
+
+
+def evaluator_update(
+    *,
+    evaluator: Evaluator,
+    actor,
+    name: str | None = None,
+    description: str | None = None,
+    config: dict | None = None,
+    pass_threshold: float | None = None,
+    secret: str | None = None,
+    archived: bool | None = None,
+    kind: str | None = None,
+    ip: str | None = None,
+) -> Evaluator:
+    """Change an evaluator; fields left None keep their value, and a given ``config``
+    replaces the whole configuration. The kind never changes (a metric keeps its
+    meaning across experiments: create another evaluator instead). Experiments already
+    started keep the evaluator as it was."""
+    if kind is not None and kind != evaluator.kind:
+        raise InvalidRequest("an evaluator's kind cannot change (its scores would mean something else): create another")
+    changes: dict[str, Any] = {}
+    if name is not None:
+        changes["name"] = _clean_name(name)
+    if description is not None:
+        changes["description"] = description
+    if config is not None:
+        changes["config"] = validate_config(evaluator.kind, config)
+    if pass_threshold is not None:
+        changes["pass_threshold"] = _clean_threshold(pass_threshold)
+    if secret:
+        if evaluator.kind != Evaluator.Kind.WEBHOOK:
+            raise InvalidRequest("only webhook evaluators have a signing secret")
+        changes["secret_ciphertext"] = crypto.encrypt(_clean_secret(secret))
+    if archived is not None:
+        changes["archived"] = bool(archived)
+    try:
+        with transaction.atomic():
+            locked = Evaluator.objects.select_for_update().get(pk=evaluator.pk)
+            for field, value in changes.items():
+                setattr(locked, field, value)
+            locked.updated_at = timezone.now()
+            locked.save(update_fields=[*changes, "updated_at"])
+            audit_record(
+                organization=locked.project.organization,
+                actor=actor,
+                action="evaluator.update",
+                target=locked,
+                # Which fields changed, never the secret or a configuration's values.
+                data={"fields": sorted(field.replace("_ciphertext", "") for field in changes)},
+                ip=ip,
+            )
+    except IntegrityError:
+        raise _name_taken(evaluator.project, changes.get("name", evaluator.name), exclude=evaluator.pk) from None
+    return locked
+
+
+def evaluator_archive(*, evaluator: Evaluator, actor, ip: str | None = None) -> Evaluator:
+    """Archive an evaluator: hidden from lists and new experiments, its online rules
+    stop, and past scores keep it (rows are never deleted, so results stay explained)."""
+    with transaction.atomic():
+        locked = Evaluator.objects.select_for_update().get(pk=evaluator.pk)
+        if not locked.archived:
+            locked.archived = True
+            locked.updated_at = timezone.now()
+            locked.save(update_fields=["archived", "updated_at"])
+            OnlineRule.objects.filter(evaluator=locked, enabled=True).update(enabled=False)
+            audit_record(
+                organization=locked.project.organization,
+                actor=actor,
+                action="evaluator.archive",
+                target=locked,
+                ip=ip,
+            )
+    return locked

@@ -1,0 +1,59 @@
+"""Celery entry points of evaluations: thin, each calls a service and is safe to run twice."""
+
+import logging
+
+from celery import shared_task
+
+from agentops.scoping import organization_scope
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task
+def advance_experiment(organization_id: int, experiment_id: int) -> None:
+    """Start the next items of an experiment, or finish it."""
+    from evals.services.experiments import experiment_advance
+
+    with organization_scope(organization_id):
+        experiment_advance(experiment_id=experiment_id)
+
+
+@shared_task
+def score_result(organization_id: int, result_id: int) -> None:
+    """Score one item of an experiment whose run ended (or whose output was reported)."""
+    from evals.services.experiments import score_result as score
+
+    with organization_scope(organization_id):
+        score(result_id=result_id)
+
+
+@shared_task
+def experiment_ended(organization_id: int, experiment_id: int) -> None:
+    """After an experiment ends: log its metrics to Weights & Biases when the
+    organization configured a key."""
+    from evals.services.wandb_export import log_experiment
+
+    with organization_scope(organization_id):
+        log_experiment(experiment_id=experiment_id)
+
+
+@shared_task
+def recover_experiments() -> int:
+    """Pick up what a dead worker dropped (every minute): results to score again, and
+    every unfinished experiment advanced (idempotent)."""
+    from evals.services.experiments import stalled_work
+
+    experiments, results = stalled_work()
+    for organization_id, result_id in results:
+        score_result.delay(organization_id, result_id)
+    for organization_id, experiment_id in experiments:
+        advance_experiment.delay(organization_id, experiment_id)
+    return len(results)
+
+
+@shared_task
+def score_online_runs() -> int:
+    """Score the sampled share of recently ended runs for every online rule (every 30 s)."""
+    from evals.services.online import score_recent_runs
+
+    return score_recent_runs()

@@ -1,0 +1,237 @@
+"""Experiments of executed agents and of results reported from outside: items run with
+a concurrency limit, scores and totals, intervals, cancellation, recovery, budgets."""
+
+from decimal import Decimal
+
+import pytest
+
+from agentops.errors import InvalidRequest, PaymentRequired
+from agentops.scoping import organization_scope
+from billing.budgets import budget_create, utc_today
+from billing.models import UsageDaily
+from evals.models import Experiment, ExperimentResult, Score
+from evals.services.experiments import (
+    experiment_advance,
+    experiment_cancel,
+    experiment_complete,
+    experiment_start,
+    results_report,
+    score_result,
+    stalled_work,
+)
+from runs.models import Run
+from runs.services.agents import agent_create
+from runs.services.execute import run_execute
+from tests.evals.helpers import drive, make_dataset, make_evaluator
+
+
+def _items(n: int) -> list[dict]:
+    # The offline model answers "[offline model] You said: <input>": even items expect
+    # words the answer holds, odd items words it does not.
+    return [
+        {"key": f"q{i}", "input": f"question {i}", "expected": f"question {i}" if i % 2 == 0 else "something else"}
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def setup(tenant):
+    with organization_scope(tenant.organization):
+        agent = agent_create(project=tenant.project, actor=tenant.member, name="echo", model="offline")
+    dataset = make_dataset(tenant.project, _items(10))
+    contains = make_evaluator(tenant.project, "mentions", "contains")
+    fast = make_evaluator(tenant.project, "fast", "latency_limit", {"max_ms": 60_000})
+    return agent, dataset, [contains, fast]
+
+
+def _start(tenant, setup, **kwargs):
+    agent, dataset, evaluators = setup
+    fields = {"agent": agent, "evaluators": evaluators, "concurrency": 3, **kwargs}
+    return experiment_start(project=tenant.project, actor=tenant.member, dataset=dataset, **fields)
+
+
+def test_an_executed_experiment_scores_every_item_and_aggregates(tenant, setup):
+    with organization_scope(tenant.organization):
+        experiment = drive(_start(tenant, setup))
+        results = list(ExperimentResult.objects.filter(experiment=experiment).order_by("item_key"))
+        scores = Score.objects.filter(result__experiment=experiment)
+        runs = Run.objects.filter(pk__in=[r.run_id for r in results])
+        assert scores.count() == 20 and runs.count() == 10
+        assert set(runs.values_list("environment", flat=True)) == {"experiment"}
+    assert experiment.status == "succeeded"
+    assert experiment.completed_count == 10 and experiment.error_count == 0
+    assert {r.item_key: r.scores["mentions"] for r in results} == {f"q{i}": float(i % 2 == 0) for i in range(10)}
+    mentions = experiment.summary["metrics"]["mentions"]
+    assert mentions["mean"] == 0.5 and mentions["n"] == 10 and mentions["pass_rate"] == 0.5
+    assert 0 < mentions["ci_low"] < 0.5 < mentions["ci_high"] < 1
+    assert experiment.summary["metrics"]["fast"]["mean"] == 1.0
+    assert experiment.summary["pass_rate"] == 0.5
+    assert experiment.summary["latency_ms"]["p50"] is not None
+    assert all(r.output.startswith("[offline model]") for r in results)
+
+
+def test_no_more_items_run_at_once_than_the_concurrency(tenant, setup):
+    with organization_scope(tenant.organization):
+        experiment = _start(tenant, setup, concurrency=3)
+        experiment_advance(experiment_id=experiment.pk)
+        experiment_advance(experiment_id=experiment.pk)  # twice: idempotent
+        running = ExperimentResult.objects.filter(experiment=experiment, status="running")
+        assert running.count() == 3
+        first = running.order_by("id").first()
+        run_execute(run_id=first.run_id)
+        assert ExperimentResult.objects.get(pk=first.pk).status == "scoring"
+        score_result(result_id=first.pk)
+        # The freed slot started the next item.
+        assert ExperimentResult.objects.filter(experiment=experiment, status="running").count() == 3
+        assert ExperimentResult.objects.filter(experiment=experiment, status="done").count() == 1
+
+
+def test_cancel_stops_new_items_and_keeps_scored_ones(tenant, setup):
+    with organization_scope(tenant.organization):
+        experiment = _start(tenant, setup, concurrency=2)
+        experiment_advance(experiment_id=experiment.pk)
+        first = ExperimentResult.objects.filter(experiment=experiment, status="running").order_by("id").first()
+        run_execute(run_id=first.run_id)
+        score_result(result_id=first.pk)
+        experiment_cancel(experiment=experiment, actor=tenant.member)
+        # The running items' runs were cancelled; their results are scored as errors.
+        for result in ExperimentResult.objects.filter(experiment=experiment, status="scoring"):
+            score_result(result_id=result.pk)
+        experiment.refresh_from_db()
+        statuses = sorted(ExperimentResult.objects.filter(experiment=experiment).values_list("status", flat=True))
+    assert experiment.status == "cancelled"
+    assert statuses.count("done") == 1 and statuses.count("error") == 2 and statuses.count("pending") == 7
+    assert experiment.summary["completion"] == 0.3
+
+
+def test_a_failing_agent_fails_the_experiment_with_the_reason(tenant, setup):
+    agent, dataset, evaluators = setup
+    with organization_scope(tenant.organization):
+        broken = agent_create(project=tenant.project, actor=tenant.member, name="broken", model="mistral-small-latest")
+        experiment = drive(
+            experiment_start(
+                project=tenant.project, actor=tenant.member, dataset=dataset, agent=broken, evaluators=evaluators
+            )
+        )
+    assert experiment.status == "failed"
+    assert "no Mistral API key" in experiment.error
+    assert experiment.error_count == 10
+
+
+def test_bad_starts_are_refused_with_a_reason(tenant, setup):
+    agent, dataset, evaluators = setup
+    human = make_evaluator(tenant.project, "helpful", "human", {"scale": "1-5"})
+    with organization_scope(tenant.organization):
+        with pytest.raises(InvalidRequest, match="scored by people"):
+            _start(tenant, setup, evaluators=[human])
+        with pytest.raises(InvalidRequest, match="at least one evaluator"):
+            _start(tenant, setup, evaluators=[])
+        with pytest.raises(InvalidRequest, match="concurrency"):
+            _start(tenant, setup, concurrency=0)
+        with pytest.raises(InvalidRequest, match="no version 7"):
+            _start(tenant, setup, dataset_version_number=7)
+        with pytest.raises(InvalidRequest, match="needs an agent"):
+            _start(tenant, setup, agent=None)
+        approval = agent_create(
+            project=tenant.project,
+            actor=tenant.member,
+            name="careful",
+            model="offline",
+            tools=["calculator"],
+            approval_tools=["calculator"],
+        )
+        with pytest.raises(InvalidRequest, match="unattended"):
+            _start(tenant, setup, agent=approval)
+        assert Experiment.objects.count() == 0
+
+
+def test_a_spent_hard_budget_refuses_an_experiment(tenant, setup):
+    with organization_scope(tenant.organization):
+        budget_create(organization=tenant.organization, actor=tenant.owner, name="cap", amount="1", hard_limit=True)
+        UsageDaily.dangerously_unscoped_objects.create(
+            organization=tenant.organization, project=tenant.project, day=utc_today(), model="m", cost=Decimal("1")
+        )
+        with pytest.raises(PaymentRequired) as caught:
+            _start(tenant, setup)
+        assert "experiments" in caught.value.message
+        assert Experiment.objects.count() == 0
+
+
+def test_external_results_are_scored_and_end_the_experiment(tenant, setup):
+    agent, dataset, evaluators = setup
+    with organization_scope(tenant.organization):
+        experiment = experiment_start(
+            project=tenant.project, actor=tenant.member, dataset=dataset, evaluators=evaluators[:1], kind="external"
+        )
+        reported = [
+            {
+                "item": f"q{i}",
+                "output": f"answer to question {i}",
+                "latency_ms": 100 + i,
+                "cost": "0.001",
+                "scores": {"harness_accuracy": 1.0 if i < 8 else 0.0},
+            }
+            for i in range(10)
+        ]
+        assert results_report(experiment=experiment, results=reported[:6]) == 6
+        for result in ExperimentResult.objects.filter(experiment=experiment, status="scoring"):
+            score_result(result_id=result.pk)
+        experiment.refresh_from_db()
+        assert experiment.status == "running" and experiment.completed_count == 6
+        results_report(experiment=experiment, results=reported[6:])
+        for result in ExperimentResult.objects.filter(experiment=experiment, status="scoring"):
+            score_result(result_id=result.pk)
+        experiment.refresh_from_db()
+    assert experiment.status == "succeeded"
+    assert experiment.summary["metrics"]["harness_accuracy"]["mean"] == 0.8
+    assert experiment.summary["metrics"]["mentions"]["mean"] == 0.5  # the platform's evaluator, on the outputs
+    assert experiment.total_cost == Decimal("0.010")
+    assert experiment.summary["latency_ms"]["p50"] == 104.5
+
+
+def test_reported_results_are_all_or_nothing(tenant, setup):
+    agent, dataset, evaluators = setup
+    with organization_scope(tenant.organization):
+        experiment = experiment_start(
+            project=tenant.project, actor=tenant.member, dataset=dataset, evaluators=evaluators, kind="external"
+        )
+        for bad, message in [
+            ([{"item": "q1", "output": "x"}, {"item": "nope", "output": "y"}], "not items of this experiment"),
+            ([{"item": "q1", "output": "x", "scores": {"a": 1.5}}], "from 0 to 1"),
+            ([{"item": "q1", "output": "x", "cost": "abc"}], "cost must be a number"),
+            ([{"item": "q1"}], "needs an output"),
+            ([{"item": "q1", "output": "x"}, {"item": "q1", "output": "y"}], "twice"),
+        ]:
+            with pytest.raises(InvalidRequest, match=message):
+                results_report(experiment=experiment, results=bad)
+        assert not ExperimentResult.objects.filter(experiment=experiment).exclude(status="pending").exists()
+
+
+def test_completing_an_external_experiment_leaves_unreported_items_out(tenant, setup):
+    agent, dataset, evaluators = setup
+    with organization_scope(tenant.organization):
+        experiment = experiment_start(
+            project=tenant.project, actor=tenant.member, dataset=dataset, evaluators=evaluators[:1], kind="external"
+        )
+        results_report(experiment=experiment, results=[{"item": "q0", "output": "question 0"}])
+        score_result(result_id=ExperimentResult.objects.get(experiment=experiment, item_key="q0").pk)
+        experiment = experiment_complete(experiment=experiment, actor=tenant.member)
+    assert experiment.status == "succeeded"
+    assert experiment.summary["completion"] == 0.1
+    assert experiment.summary["metrics"]["mentions"]["n"] == 1
+
+
+def test_recovery_scores_a_result_whose_run_ended_unnoticed(tenant, setup):
+    with organization_scope(tenant.organization):
+        experiment = _start(tenant, setup)
+        experiment_advance(experiment_id=experiment.pk)
+        result = ExperimentResult.objects.filter(experiment=experiment, status="running").first()
+        run_execute(run_id=result.run_id)
+        # As if the worker died between ending the run and marking its result.
+        ExperimentResult.objects.filter(pk=result.pk).update(status="running")
+    experiments, results = stalled_work()
+    assert (tenant.organization.pk, result.pk) in results
+    assert (tenant.organization.pk, experiment.pk) in experiments
+    with organization_scope(tenant.organization):
+        score_result(result_id=result.pk)
+        assert ExperimentResult.objects.get(pk=result.pk).status == "done"
