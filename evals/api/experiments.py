@@ -7,13 +7,14 @@ from __future__ import annotations
 from django.urls import path, reverse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from agentops.api.base import ProjectEndpoint
 from agentops.api.idempotency import idempotent
 from agentops.api.pagination import CreatedCursorPagination
-from agentops.errors import NotFound
-from evals import selectors
+from agentops.errors import InvalidRequest, NotFound
+from evals import exports, selectors
 from evals.models import Dataset, Evaluator, Experiment, ExperimentResult
 from evals.services.experiments import (
     MAX_CONCURRENCY,
@@ -340,6 +341,94 @@ class ExperimentGateView(ExperimentsEndpoint):
         return Response(answer)
 
 
+class DownloadNegotiation:
+    """``?format=`` picks the download's format here, not DRF's renderer (which would
+    answer 404 for csv and jsonl); errors still answer as JSON."""
+
+    def perform_content_negotiation(self, request, force=False):
+        return JSONRenderer(), JSONRenderer.media_type
+
+
+def _export_format(request) -> str:
+    value = request.query_params.get("format", "jsonl")
+    if value not in ("csv", "jsonl"):
+        raise InvalidRequest("format must be csv or jsonl")
+    return value
+
+
+class ExperimentExportView(DownloadNegotiation, ExperimentsEndpoint):
+    """Every item's result as CSV or JSON Lines (`?format=csv|jsonl`, default jsonl),
+    streamed: key, input, expected, output, each metric's score and pass, cost,
+    latency, tokens, status, error, run id."""
+
+    permissions = {"GET": "work:read"}
+
+    @extend_schema(parameters=[OpenApiParameter("format", str, enum=["csv", "jsonl"])], responses={200: bytes})
+    def get(self, request, org_slug, project_slug, experiment_id):
+        experiment = self.get_experiment()
+        file_format = _export_format(request)
+        lines = exports.export_lines(
+            exports.experiment_results_rows(experiment),
+            format=file_format,
+            fieldnames=exports.experiment_results_fieldnames(experiment),
+        )
+        return exports.streaming_response(
+            request,
+            lines,
+            organization=self.organization,
+            format=file_format,
+            filename=f"experiment-{experiment.pk}-results.{file_format}",
+        )
+
+
+class LeaderboardView(DownloadNegotiation, ExperimentsEndpoint):
+    """A dataset's leaderboard: its ended experiments with each metric's mean and 95%
+    interval, pass rate, cost, latency and date. `?format=json` (default) answers
+    `{"metrics": [...], "rows": [...]}`; `csv` and `jsonl` download the rows.
+    `?sort=<metric>|pass_rate|cost|latency|created|name&branch=&agent=&model=`."""
+
+    permissions = {"GET": "work:read"}
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("format", str, enum=["json", "csv", "jsonl"]),
+            OpenApiParameter("sort", str),
+            OpenApiParameter("branch", str),
+            OpenApiParameter("agent", str),
+            OpenApiParameter("model", str),
+        ],
+        responses={200: dict},
+    )
+    def get(self, request, org_slug, project_slug, dataset_id):
+        dataset = Dataset.objects.filter(project=self.project, pk=dataset_id).first()
+        if dataset is None:
+            raise NotFound("dataset not found")
+        params = request.query_params
+        names, rows = selectors.leaderboard(
+            dataset=dataset,
+            sort=params.get("sort", ""),
+            branch=params.get("branch", ""),
+            agent=params.get("agent", ""),
+            model=params.get("model", ""),
+        )
+        file_format = params.get("format", "json")
+        if file_format == "json":
+            return Response({"metrics": names, "rows": list(exports.leaderboard_rows(dataset, names, rows))})
+        file_format = _export_format(request)
+        lines = exports.export_lines(
+            exports.leaderboard_rows(dataset, names, rows),
+            format=file_format,
+            fieldnames=exports.leaderboard_fieldnames(names),
+        )
+        return exports.streaming_response(
+            request,
+            lines,
+            organization=self.organization,
+            format=file_format,
+            filename=f"leaderboard-{dataset.pk}.{file_format}",
+        )
+
+
 project = "projects/<slug:org_slug>/<slug:project_slug>"
 experiment = f"{project}/experiments/<int:experiment_id>"
 urlpatterns = [
@@ -349,4 +438,6 @@ urlpatterns = [
     path(f"{experiment}/complete/", ExperimentCompleteView.as_view(), name="api-experiment-complete"),
     path(f"{experiment}/cancel/", ExperimentCancelView.as_view(), name="api-experiment-cancel"),
     path(f"{experiment}/gate/", ExperimentGateView.as_view(), name="api-experiment-gate"),
+    path(f"{experiment}/export/", ExperimentExportView.as_view(), name="api-experiment-export"),
+    path(f"{project}/datasets/<int:dataset_id>/leaderboard/", LeaderboardView.as_view(), name="api-leaderboard"),
 ]

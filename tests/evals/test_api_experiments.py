@@ -247,3 +247,33 @@ def test_another_tenant_sees_nothing(evals_setup, other_tenant, client_for, key_
     other_key = key_client(other_tenant.project)
     assert other_key.get(own + f"{experiment_id}/results/").status_code == 404
     assert other_key.get(_url(tenant, f"{experiment_id}/")).status_code in (403, 404)
+
+
+def test_exports_and_the_leaderboard(evals_setup, key_client, other_tenant, client_for):
+    import csv
+    import io
+    import json
+
+    tenant = evals_setup
+    client = key_client(tenant.project, scopes=("read", "execute"))
+    first = _start_and_finish(tenant, client, branch="main")
+    second = _start_and_finish(tenant, client, branch="feature")
+    export = client.get(_url(tenant, f"{first}/export/?format=csv"))
+    assert export.status_code == 200 and export["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(b"".join(export.streaming_content).decode())))
+    assert len(rows) == 10 and rows[0]["item_key"] == "q0"
+    lines = b"".join(client.get(_url(tenant, f"{first}/export/")).streaming_content).decode().splitlines()
+    assert len(lines) == 10 and json.loads(lines[9])["item_key"] == "q9"
+    assert client.get(_url(tenant, f"{first}/export/?format=xml")).status_code == 400
+    with organization_scope(tenant.organization):
+        dataset_id = Experiment.objects.get(pk=first).dataset_id
+    board_url = f"/api/v1/projects/{tenant.organization.slug}/{tenant.project.slug}/datasets/{dataset_id}/leaderboard/"
+    board = client.get(board_url + "?branch=main").json()
+    assert board["metrics"] == ["mentions"] and [row["experiment_id"] for row in board["rows"]] == [first]
+    assert board["rows"][0]["metrics"]["mentions"]["mean"] == 0.7
+    assert len(client.get(board_url).json()["rows"]) == 2 and second
+    csv_board = b"".join(client.get(board_url + "?format=csv").streaming_content).decode()
+    assert len(list(csv.DictReader(io.StringIO(csv_board)))) == 2
+    outsider = client_for(other_tenant.owner)
+    assert outsider.get(board_url).status_code == 404
+    assert outsider.get(_url(tenant, f"{first}/export/")).status_code == 404
