@@ -716,6 +716,33 @@ def experiment_complete(*, experiment: Experiment, actor, ip: str | None = None)
     return experiment
 
 
+def experiment_run_here(*, experiment_id: int, max_rounds: int = 100_000) -> Experiment:
+    """Run an executed experiment to its end in this process, as the workers would:
+    execute each started run, score its result (which starts the next items). For
+    seeding demo data before any worker runs, and for tests."""
+    from runs.services.execute import run_execute
+
+    experiment_advance(experiment_id=experiment_id)
+    for _ in range(max_rounds):
+        experiment = Experiment.objects.get(pk=experiment_id)
+        if experiment.ended:
+            return experiment
+        results = ExperimentResult.objects.filter(experiment=experiment)
+        running = list(
+            results.filter(status=ExperimentResult.Status.RUNNING)
+            .exclude(run__status__in=RUN_ENDED)
+            .values_list("run_id", flat=True)
+        )
+        for run_id in running:
+            run_execute(run_id=run_id)
+        scoring = list(results.filter(status=ExperimentResult.Status.SCORING).values_list("id", flat=True))
+        for result_id in scoring:
+            score_result(result_id=result_id)
+        if not running and not scoring:
+            experiment_advance(experiment_id=experiment_id)
+    raise RuntimeError(f"experiment {experiment_id} did not end in {max_rounds} rounds")
+
+
 # -- recovery -----------------------------------------------------------------------------
 
 

@@ -4,9 +4,7 @@ tasks make, without a worker)."""
 
 from __future__ import annotations
 
-from evals.models import Dataset, DatasetItem, DatasetVersion, Evaluator, Experiment, ExperimentResult
-from runs.models import Run
-from runs.services.execute import run_execute
+from evals.models import Dataset, DatasetItem, DatasetVersion, Evaluator, Experiment
 
 
 def make_dataset(project, items: list[dict], *, name: str = "qa") -> Dataset:
@@ -44,32 +42,8 @@ def make_evaluator(project, name: str, kind: str, config: dict | None = None, th
     )
 
 
-def drive(experiment: Experiment, *, max_rounds: int = 10_000) -> Experiment:
-    """Run an executed experiment to its end in this process: execute each started
-    run, score its result (which starts the next items). Organization in scope."""
-    from evals.services.experiments import experiment_advance, score_result
+def drive(experiment: Experiment) -> Experiment:
+    """Run an executed experiment to its end in this process (organization in scope)."""
+    from evals.services.experiments import experiment_run_here
 
-    experiment_advance(experiment_id=experiment.pk)
-    for _ in range(max_rounds):
-        experiment.refresh_from_db()
-        if experiment.ended:
-            return experiment
-        running = list(
-            ExperimentResult.objects.filter(experiment=experiment, status=ExperimentResult.Status.RUNNING)
-            .exclude(run__status__in=(Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED))
-            .values_list("run_id", flat=True)
-        )
-        for run_id in running:
-            run_execute(run_id=run_id)
-        for result_id in ExperimentResult.objects.filter(
-            experiment=experiment, status=ExperimentResult.Status.SCORING
-        ).values_list("id", flat=True):
-            score_result(result_id=result_id)
-        if (
-            not running
-            and not ExperimentResult.objects.filter(
-                experiment=experiment, status__in=(ExperimentResult.Status.SCORING,)
-            ).exists()
-        ):
-            experiment_advance(experiment_id=experiment.pk)
-    raise AssertionError("the experiment did not end")
+    return experiment_run_here(experiment_id=experiment.pk)

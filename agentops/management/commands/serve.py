@@ -31,8 +31,9 @@ class Command(BaseCommand):
             call_command("collectstatic", interactive=False, verbosity=0)
         if demo:
             credentials = demo_seed()
-            # The runs app adds sample runs through its own command (the core imports no app).
+            # The apps add their samples through their own commands (the core imports no app).
             call_command("seed_demo_runs", f"{credentials.organization}/{credentials.project}", verbosity=0)
+            call_command("seed_demo_evals", f"{credentials.organization}/{credentials.project}", verbosity=0)
             self.stdout.write(format_credentials(credentials))
         python = sys.executable
         commands = {
