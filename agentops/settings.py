@@ -430,6 +430,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Several models have a `kind`: each choice set gets its own schema name.
+    "ENUM_NAME_OVERRIDES": {
+        "StepKindEnum": "runs.models.Step.Kind",
+        "EvaluatorKindEnum": "evals.models.Evaluator.Kind",
+        "ExperimentKindEnum": "evals.models.Experiment.Kind",
+    },
 }
 IDEMPOTENCY_KEY_TTL = timedelta(hours=24)
 # Largest OTLP/HTTP body accepted, compressed or decompressed (413 above it).

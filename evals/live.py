@@ -47,6 +47,23 @@ def announce_result(*, experiment_id: int, result_id: int) -> None:
     live.announce(project=experiment.project, event=EVENT, html=html, data={"experiment": experiment_id})
 
 
+def announce_started(*, experiment_id: int, result_ids: list[int]) -> None:
+    """Send the rows of items that just started (shown as running)."""
+    experiment = Experiment.objects.select_related("project__organization").filter(pk=experiment_id).first()
+    if experiment is None or not result_ids or not live.has_listeners(project=experiment.project):
+        return
+    try:
+        context = _context(experiment)
+        html = render_to_string("evals/_experiment_progress.html", context) + "".join(
+            render_to_string("evals/_experiment_result_row.html", {**context, "result": result})
+            for result in ExperimentResult.objects.select_related("item").filter(pk__in=result_ids).order_by("id")
+        )
+    except Exception:  # noqa: BLE001 - best effort, as above
+        logger.warning("could not render experiment %s rows", experiment_id, exc_info=True)
+        return
+    live.announce(project=experiment.project, event=EVENT, html=html, data={"experiment": experiment_id})
+
+
 def announce_ended(*, experiment_id: int) -> None:
     experiment = Experiment.objects.select_related("project__organization").filter(pk=experiment_id).first()
     if experiment is None or not live.has_listeners(project=experiment.project):

@@ -105,11 +105,11 @@ def leaderboard(
     if model:
         queryset = queryset.filter(model=model)
     experiments = list(queryset.order_by("-created_at", "-id")[:500])
-    names: list[str] = []
-    for experiment in experiments:
-        for name in experiment.summary.get("metrics", {}):
-            if name not in names:
-                names.append(name)
+    # The evaluators' order as the experiments list them (a summary's jsonb keys come
+    # back in PostgreSQL's order, shortest first), then any reported-only metrics.
+    ordered = [spec["name"] for experiment in experiments for spec in experiment.evaluators]
+    reported = [name for experiment in experiments for name in experiment.summary.get("metrics", {})]
+    names = [name for name in dict.fromkeys([*ordered, *reported]) if name in set(reported)]
     rows = [
         LeaderRow(
             experiment=experiment,
@@ -122,7 +122,7 @@ def leaderboard(
         for experiment in experiments
     ]
     key = sort or (metric if metric else "")
-    if key in names:
+    if key in names and key not in LEADERBOARD_SORTS:  # the built-in columns keep their meaning
         rows.sort(key=lambda row: _none_last(row.metrics.get(key, {}).get("mean")), reverse=True)
     elif key == "pass_rate":
         rows.sort(key=lambda row: _none_last(row.pass_rate), reverse=True)

@@ -101,7 +101,7 @@ class ExperimentStartSerializer(serializers.Serializer):
     agent = serializers.JSONField(required=False, allow_null=True, default=None, help_text="The agent's name or id.")
     agent_version = serializers.IntegerField(required=False, allow_null=True, min_value=1, default=None)
     evaluators = serializers.ListField(child=serializers.CharField(max_length=64), allow_empty=False)
-    kind = serializers.ChoiceField(choices=Experiment.Kind.values, default=Experiment.Kind.EXECUTED)
+    kind = serializers.ChoiceField(choices=Experiment.Kind.choices, default=Experiment.Kind.EXECUTED)
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     concurrency = serializers.IntegerField(min_value=1, max_value=MAX_CONCURRENCY, default=4)
     parameters = serializers.DictField(required=False, default=dict)

@@ -253,6 +253,9 @@ def experiment_advance(*, experiment_id: int) -> None:
                 )
                 for result in pending:
                     _start_item(experiment, result)
+                if pending:
+                    started = [result.pk for result in pending]
+                    transaction.on_commit(lambda: _announce_started(experiment.pk, started))
                 if not pending and active == 0:
                     _finalize(experiment)
         else:  # external: ends when every item is reported and scored, or when its harness says so
@@ -437,6 +440,12 @@ def _count(experiment: Experiment, result: ExperimentResult) -> None:
         total_latency_ms=F("total_latency_ms") + (result.latency_ms or 0),
         updated_at=timezone.now(),
     )
+
+
+def _announce_started(experiment_id: int, result_ids: list[int]) -> None:
+    from evals.live import announce_started
+
+    announce_started(experiment_id=experiment_id, result_ids=result_ids)
 
 
 def _announce_result(experiment_id: int, result_id: int) -> None:

@@ -333,7 +333,7 @@ class LeaderboardPage(ProjectPage):
         )
         if "format" in request.GET:
             return self.export(dataset, names, rows)
-        metric = query["metric"] if query["metric"] in names else (names[0] if names else "")
+        metric = next((name for name in (query["metric"], query["sort"], *names) if name in names), "")
         kwargs = {"org_slug": org_slug, "project_slug": project_slug}
         experiment_url = reverse("evals:experiment", kwargs={**kwargs, "experiment_id": 0}).removesuffix("0/")
         choices = selectors.experiment_list(project=self.project, dataset_id=dataset.pk).values_list(

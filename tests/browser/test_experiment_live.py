@@ -5,6 +5,8 @@ without a reload."""
 
 from __future__ import annotations
 
+import csv
+import io
 import time
 
 import pytest
@@ -96,6 +98,13 @@ def test_an_experiment_started_from_the_page_shows_its_scores_live(
         # rows and streams only runs pages hold. None of the experiment's own may miss.
         assert [error for error in errors if "experiment-" in error or "oobErrorNoTarget" not in error] == []
         page.screenshot(path=str(artifacts_dir / "experiment-live-done.png"), full_page=True)
+
+        # The download streams through the ASGI server (an async body reading in batches).
+        download = page.request.get(f"{base}/{experiment_id}/export/?format=csv")
+        assert download.ok and download.headers["content-type"].startswith("text/csv")
+        rows = list(csv.DictReader(io.StringIO(download.text())))
+        assert sorted(row["item_key"] for row in rows) == [f"q{i}" for i in range(ITEMS)]
+        assert {row["passed.mentions"] for row in rows} == {"true", "false"}
 
         # Its dataset's leaderboard lists it, with the interval.
         page.click("#experiment-leaderboard")
