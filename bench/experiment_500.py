@@ -82,6 +82,7 @@ def run(args, url: str) -> None:
             time.sleep(0.05)
         wall = time.perf_counter() - started
         done = ExperimentResult.objects.filter(experiment=experiment, status="done").count()
+        stages = breakdown(experiment)
     assert experiment.status == Experiment.Status.SUCCEEDED, experiment.error
     ideal = args.items * args.latency / concurrency
     print(
@@ -90,9 +91,43 @@ def run(args, url: str) -> None:
     )
     print(f"items done: {done}; score: {experiment.summary['metrics']['answered']['mean']:.2f}")
     print(
+        "per item, median ms: waiting for a worker {queued:.0f}, executing (model call included) {executing:.0f}, "
+        "ended -> scored {scoring:.0f}".format(**stages)
+    )
+    print(
         f"wall time {wall:.2f} s; ideal (calls x {args.latency * 1000:.0f} ms / {concurrency}) {ideal:.2f} s; "
         f"ratio {wall / ideal:.1f}x; {args.items / wall:.1f} items/s"
     )
+
+
+def breakdown(experiment) -> dict[str, float]:
+    """Median time per item in each stage, from the stored timestamps: created -> first
+    model call starts (queue), first model call -> run ended, run ended -> item scored."""
+    import statistics
+
+    from evals.models import ExperimentResult
+    from runs.models import Step
+
+    results = list(
+        ExperimentResult.objects.filter(experiment=experiment).values(
+            "run_id", "ended_at", "run__created_at", "run__ended_at"
+        )
+    )
+    first_call = dict(
+        Step.objects.filter(run_id__in=[r["run_id"] for r in results], kind="llm")
+        .order_by("run_id", "started_at")
+        .distinct("run_id")
+        .values_list("run_id", "started_at")
+    )
+
+    def ms(later, earlier):
+        return (later - earlier).total_seconds() * 1000
+
+    return {
+        "queued": statistics.median(ms(first_call[r["run_id"]], r["run__created_at"]) for r in results),
+        "executing": statistics.median(ms(r["run__ended_at"], first_call[r["run_id"]]) for r in results),
+        "scoring": statistics.median(ms(r["ended_at"], r["run__ended_at"]) for r in results),
+    }
 
 
 if __name__ == "__main__":

@@ -243,7 +243,7 @@ def experiment_advance(*, experiment_id: int) -> None:
                 )
             )
             if not results.filter(status__in=ACTIVE).exists():
-                _finalize(experiment, status=Experiment.Status.CANCELLED)
+                _finalize(experiment, status=experiment.metadata.get("stop_status", Experiment.Status.CANCELLED))
         elif experiment.kind == Experiment.Kind.EXECUTED:
             active = results.filter(status__in=ACTIVE).count()
             free = experiment.concurrency - active
@@ -318,7 +318,24 @@ def on_run_ended(sender, run: Run, status: str, **kwargs) -> None:
         status=ExperimentResult.Status.SCORING, updated_at=timezone.now()
     )
     organization_id = run.organization_id
-    transaction.on_commit(lambda: _enqueue_scoring(organization_id, ids))
+    transaction.on_commit(lambda: _score_soon(organization_id, ids))
+
+
+def _score_soon(organization_id: int, result_ids: list[int]) -> None:
+    """Score on this worker right away when the run ended on one (the executor's task:
+    no hop through the broker); from anywhere else (a request that cancelled a queued
+    run), on a worker. Any failure here leaves the result to the task and to recovery."""
+    from celery import current_task
+
+    if current_task is None or not current_task.request.id:
+        _enqueue_scoring(organization_id, result_ids)
+        return
+    for result_id in result_ids:
+        try:
+            score_result(result_id=result_id)
+        except Exception:  # noqa: BLE001 - the run is stored; scoring is retried on a worker
+            logger.exception("result %s: scoring after its run failed; queued again", result_id)
+            _enqueue_scoring(organization_id, [result_id])
 
 
 # -- scoring one item -------------------------------------------------------------------
@@ -559,6 +576,22 @@ def experiment_cancel(*, experiment: Experiment, actor, ip: str | None = None) -
             target=experiment,
             ip=ip,
         )
+    experiment_advance(experiment_id=experiment.pk)
+    experiment.refresh_from_db()
+    return experiment
+
+
+def experiment_stop(*, experiment: Experiment, error: str) -> Experiment:
+    """End an experiment as failed, keeping what was scored (its GPU job failed or was
+    lost): like a cancel, with the reason."""
+    with transaction.atomic():
+        experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
+        if experiment.ended:
+            raise Conflict(f"the experiment already {experiment.status}")
+        experiment.cancel_requested = True
+        experiment.error = error[:5000]
+        experiment.metadata = {**experiment.metadata, "stop_status": Experiment.Status.FAILED}
+        experiment.save(update_fields=["cancel_requested", "error", "metadata", "updated_at"])
     experiment_advance(experiment_id=experiment.pk)
     experiment.refresh_from_db()
     return experiment
