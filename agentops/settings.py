@@ -247,6 +247,13 @@ CHANNEL_LAYERS = {
     }
 }
 
+# The platform's address as GPU jobs reach it: evaluation jobs post their results there
+# (AGENTOPS_URL in the job's environment). A job on a remote backend needs a public URL.
+JOBS_CALLBACK_URL = os.environ.get("JOBS_CALLBACK_URL", "http://127.0.0.1:8000").rstrip("/")
+# The local backend runs any command on a worker's host: whoever may configure backends
+# could run code there. Turn it off (false) on installs shared with people you don't trust.
+JOBS_LOCAL_BACKEND = env_bool("JOBS_LOCAL_BACKEND", True)
+
 # Weights & Biases logging of ended experiments (only when an organization saved a W&B
 # key and the optional `wandb` package is installed): "online", or "offline" (to disk).
 WANDB_MODE = os.environ.get("WANDB_MODE", "online")
@@ -297,6 +304,11 @@ CELERY_BEAT_SCHEDULE = {
     "recover-experiments": {
         "task": "evals.tasks.recover_experiments",
         "schedule": timedelta(minutes=1),
+    },
+    "sweep-jobs": {
+        "task": "jobs.tasks.sweep_jobs",
+        "schedule": timedelta(seconds=15),
+        "options": {"expires": 15},
     },
     "score-online-runs": {
         "task": "evals.tasks.score_online_runs",
@@ -435,6 +447,8 @@ SPECTACULAR_SETTINGS = {
         "StepKindEnum": "runs.models.Step.Kind",
         "EvaluatorKindEnum": "evals.models.Evaluator.Kind",
         "ExperimentKindEnum": "evals.models.Experiment.Kind",
+        "JobKindEnum": "jobs.models.Job.Kind",
+        "ComputeBackendKindEnum": "jobs.models.ComputeBackend.Kind",
     },
 }
 IDEMPOTENCY_KEY_TTL = timedelta(hours=24)

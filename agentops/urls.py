@@ -13,6 +13,7 @@ urlpatterns = [
     path("api/v1/", include("agentops.api.urls")),
     path("api/v1/", include("runs.api.urls")),
     path("api/v1/", include("evals.api.urls")),
+    path("api/v1/", include("jobs.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("agentops.page_urls")),
@@ -20,6 +21,7 @@ urlpatterns = [
     path("o/<slug:org_slug>/p/<slug:project_slug>/evals/", include("evals.urls")),
     path("o/<slug:org_slug>/p/<slug:project_slug>/jobs/", include("jobs.urls")),
     path("o/<slug:org_slug>/billing/", include("billing.urls")),
+    path("o/<slug:org_slug>/compute/", include("jobs.org_urls")),
 ]
 
 handler404 = "agentops.views.errors.not_found"

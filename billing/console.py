@@ -6,8 +6,8 @@ page also needs the admin's view permission of the ledger, and applying a recomp
 the add permission of ``CostRevision``.
 
 - Spend by organization → project → model → day, each number linking one level down,
-  the day to the runs behind it and a run to its steps; search by run id; every table
-  as CSV (``?format=csv``).
+  the day to the runs behind it (or the GPU jobs, for a ``gpu:<hardware>`` model) and a
+  run to its steps; search by run id; every table as CSV (``?format=csv``).
 - Recompute: a price (published or draft) and days → preview per organization and
   model → apply (POST), an audited ``CostRevision`` (``billing.recompute``).
 - Reconciliation: an organization and a provider's usage CSV → the differences per
@@ -172,7 +172,15 @@ class UsageConsoleAdmin(admin.ModelAdmin):
             project = Project.objects.select_related("organization").filter(pk=project_id).first()
         if project is None:
             raise Http404("No such project.")
-        rows = spend.console_runs(project=project, model=model, day=day)
+        jobs = spend.console_jobs(project=project, model=model, day=day)
+        if jobs and request.GET.get("format") == "csv":
+            columns = ["job_id", "hardware", "backend", "seconds", "hourly", "cost", "price_id"]
+            return csv_response(
+                f"jobs-{project.organization.slug}-{project.slug}-{day}.csv",
+                columns,
+                ([getattr(job, column) for column in columns] for job in jobs),
+            )
+        rows = [] if jobs else spend.console_runs(project=project, model=model, day=day)
         if request.GET.get("format") == "csv":
             columns = ["run_id", "name", "steps", "cost", "input_tokens", "output_tokens", "unpriced"]
             return csv_response(
@@ -186,11 +194,13 @@ class UsageConsoleAdmin(admin.ModelAdmin):
             request,
             "runs.html",
             {
-                "title": f"Runs of {project.organization.slug}/{project.slug}, {model or '(no model)'}, {day}",
+                "title": f"{'Jobs' if jobs else 'Runs'} of {project.organization.slug}/{project.slug}, "
+                f"{model or '(no model)'}, {day}",
                 "project": project,
                 "model": model,
                 "day": day,
                 "rows": rows,
+                "jobs": jobs,
                 "limit": spend.DRILL_LIMIT,
                 "csv_query": query.urlencode(),
             },

@@ -14,11 +14,23 @@ ingest (ingest holds the run, then writes its mark, which waits for the refreshe
 claim: waiting the other way round would deadlock) and the steps it reads cannot change
 under it. A run deleted since it was marked (retention) keeps its contribution.
 
+GPU jobs: ``compute_usage_record`` stores a job's seconds and cost per UTC day
+(``ComputeUsage``) and applies the difference with what the job contributed before to
+``UsageDaily`` at once, in the caller's transaction or its own (a job is one row per day,
+not thousands of steps: nothing to batch). Its ledger rows carry the agent
+``COMPUTE_AGENT`` and the model ``gpu:<hardware>``, so pages, budgets and alerts count
+them like model usage; a rebuild sums them with the runs' contributions.
+
 Every statement here is raw SQL across organizations: the ledger is system bookkeeping,
-called by ingest (one organization) and by the ledger task (all of them).
+called by ingest (one organization), by the job poller (one job) and by the ledger task
+(all of them).
 """
 
 from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 from django.db import connection, transaction
 
@@ -133,10 +145,16 @@ def _refresh_runs(cursor, run_ids: list[int]) -> None:
 def ledger_rebuild() -> dict:
     """Rebuild the ledger from every step stored: each existing run's contribution is
     recomputed, the contributions of runs deleted since (retention) are kept, and
-    UsageDaily is summed again from the contributions. Returns row counts."""
+    UsageDaily is summed again from the contributions, GPU jobs' (``ComputeUsage``,
+    which are their own record: nothing to recompute them from) included. Returns row
+    counts."""
     with transaction.atomic(), connection.cursor() as cursor:
-        # One rebuild at a time, and no refresher writes meanwhile (they wait).
-        cursor.execute("LOCK TABLE billing_runusage, billing_usagedaily IN SHARE ROW EXCLUSIVE MODE")
+        # One rebuild at a time, and no refresher or job writes meanwhile (they wait). In
+        # the order compute_usage_record writes (ComputeUsage, then UsageDaily), so the
+        # two cannot deadlock.
+        cursor.execute(
+            "LOCK TABLE billing_runusage, billing_computeusage, billing_usagedaily IN SHARE ROW EXCLUSIVE MODE"
+        )
         # The marks made before now are covered by the steps read below, committed
         # before them; marks made later stay and are refreshed (harmlessly) again.
         cursor.execute("DELETE FROM billing_ledgerbacklog")
@@ -153,7 +171,178 @@ def ledger_rebuild() -> dict:
         cursor.execute("SET CONSTRAINTS ALL DEFERRED")
         summed = f"""
             SELECT {_DIMENSIONS}, {", ".join(f"sum({m})" for m in MEASURES)}
-            FROM billing_runusage GROUP BY {_DIMENSIONS}
+            FROM (
+                SELECT {_DIMENSIONS}, {_MEASURES} FROM billing_runusage
+                UNION ALL
+                {_COMPUTE_CONTRIBUTION}
+            ) AS contributions
+            GROUP BY {_DIMENSIONS}
         """  # noqa: S608 - constant column names
         cursor.execute(_UPSERT_DAILY.format(source=summed))
-        return {"run_usage_rows": run_usage_rows, "daily_rows": cursor.rowcount}
+        daily_rows = cursor.rowcount
+        cursor.execute("SELECT count(*) FROM billing_computeusage")
+        (compute_usage_rows,) = cursor.fetchone()
+        return {"run_usage_rows": run_usage_rows, "compute_usage_rows": compute_usage_rows, "daily_rows": daily_rows}
+
+
+# --- GPU jobs ---------------------------------------------------------------------------
+
+# The ledger dimensions of a GPU job: one agent for every job, its hardware as the model.
+COMPUTE_AGENT = "gpu-job"
+COMPUTE_MODEL_PREFIX = "gpu:"
+HOUR = Decimal(3600)
+NANO = Decimal("0.000000001")
+MICRO = Decimal("0.000001")
+# The first key of compute_usage_record's advisory lock (the job id is the second):
+# "GPUJ", so no other lock of the platform shares it.
+_COMPUTE_LOCK_NAMESPACE = 0x4750554A
+_HARDWARE_MAX_LENGTH = _BACKEND_MAX_LENGTH = 32  # ComputeUsage.hardware and .backend
+
+# What the ComputeUsage rows contribute to UsageDaily, as dimensions + measures. Each
+# row (a job on a day) counts as one step, unpriced when its hardware had no price, so
+# "N unpriced steps" also tells of jobs without a price.
+_COMPUTE_CONTRIBUTION = f"""
+    SELECT organization_id, project_id, day, '{COMPUTE_AGENT}' AS agent_name,
+           '{COMPUTE_MODEL_PREFIX}' || hardware AS model, api_key_id, '' AS end_user_id,
+           0 AS input_tokens, 0 AS cached_input_tokens, 0 AS output_tokens, cost,
+           1 AS steps, CASE WHEN hourly IS NULL THEN 1 ELSE 0 END AS unpriced_steps
+    FROM billing_computeusage
+"""  # noqa: S608 - constants
+
+
+def compute_model(hardware: str) -> str:
+    """The ledger's model name for a GPU job on ``hardware`` (``gpu:a100``)."""
+    return f"{COMPUTE_MODEL_PREFIX}{hardware}"
+
+
+def is_compute_usage(*, agent_name: str, model: str) -> bool:
+    """Whether a ledger row's dimensions are a GPU job's (pages show it as a job)."""
+    return agent_name == COMPUTE_AGENT and model.startswith(COMPUTE_MODEL_PREFIX)
+
+
+def _seconds_per_day(started_at: datetime, ended_at: datetime) -> list[tuple]:
+    """``[(day, seconds)]``: the time from ``started_at`` to ``ended_at`` cut at each UTC
+    midnight, days with no time left out. Seconds are exact (microseconds)."""
+    if started_at.tzinfo is None or ended_at.tzinfo is None:
+        raise ValueError("started_at and ended_at must be aware datetimes")
+    if ended_at < started_at:
+        raise ValueError("ended_at is before started_at")
+    start, end = started_at.astimezone(UTC), ended_at.astimezone(UTC)
+    parts = []
+    while start < end:
+        midnight = datetime.combine(start.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+        part_end = min(end, midnight)
+        parts.append((start.date(), Decimal((part_end - start) // timedelta(microseconds=1)) * MICRO))
+        start = part_end
+    return parts
+
+
+def compute_usage_record(
+    *,
+    organization_id: int,
+    project_id: int,
+    job_id: int,
+    started_at: datetime,
+    ended_at: datetime,
+    hardware: str,
+    backend: str,
+    hourly: Decimal | None,
+    price_id: int | None,
+    api_key_id: int | None = None,
+) -> Decimal:
+    """Record a GPU job's usage from ``started_at`` to ``ended_at`` at ``hourly`` (None:
+    the hardware has no price; it costs 0 and counts as unpriced) in the ledger; return
+    the job's total cost. The time is split at UTC midnights, each day costing its
+    seconds / 3600 x ``hourly`` (rounded to 9 decimals, like step costs). What the job
+    contributed before is replaced: calling it again with the same times changes nothing,
+    with a later end adds only the rest. One transaction; budget alerts are evaluated
+    once it commits."""
+    hardware = hardware.strip().lower()
+    if not hardware or len(hardware) > _HARDWARE_MAX_LENGTH:
+        raise ValueError(f"invalid hardware name {hardware!r}")
+    backend = backend.strip().lower()
+    if len(backend) > _BACKEND_MAX_LENGTH:
+        raise ValueError(f"invalid backend name {backend!r}")
+    if hourly is not None and (not isinstance(hourly, Decimal) or not hourly.is_finite() or hourly < 0):
+        raise ValueError("hourly must be a Decimal of at least 0, or None when unpriced")
+    days = _seconds_per_day(started_at, ended_at)
+    new_rows = [
+        (day, seconds, Decimal(0) if hourly is None else (seconds * hourly / HOUR).quantize(NANO))
+        for day, seconds in days
+    ]
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Two pollers finishing the same job must not both find no usage and add it twice.
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(%s::int, (%s::bigint %% 2147483647)::int)", [_COMPUTE_LOCK_NAMESPACE, job_id]
+        )
+        cursor.execute(
+            "SELECT organization_id, project_id, day, hardware, api_key_id, cost, hourly IS NULL "
+            "FROM billing_computeusage WHERE job_id = %s ORDER BY day FOR UPDATE",
+            [job_id],
+        )
+        old_rows = cursor.fetchall()
+        if any(row[0] != organization_id for row in old_rows):
+            raise ValueError(f"job {job_id}'s usage belongs to another organization")
+
+        # New minus old, per ledger row: cost, steps, unpriced steps.
+        delta: dict[tuple, list] = defaultdict(lambda: [Decimal(0), 0, 0])
+        for _organization, old_project, day, old_hardware, old_api_key, cost, unpriced in old_rows:
+            change = delta[(old_project, day, compute_model(old_hardware), old_api_key)]
+            change[0] -= cost
+            change[1] -= 1
+            change[2] -= int(unpriced)
+        for day, _seconds, cost in new_rows:
+            change = delta[(project_id, day, compute_model(hardware), api_key_id)]
+            change[0] += cost
+            change[1] += 1
+            change[2] += int(hourly is None)
+
+        # ComputeUsage first, then UsageDaily: the order ledger_rebuild locks them in.
+        cursor.execute(
+            "DELETE FROM billing_computeusage WHERE job_id = %s AND NOT (day = ANY(%s::date[]))",
+            [job_id, [day for day, _seconds, _cost in new_rows]],
+        )
+        for day, seconds, cost in new_rows:
+            cursor.execute(
+                "INSERT INTO billing_computeusage (organization_id, project_id, job_id, day, hardware, backend, "
+                "seconds, hourly, cost, price_id, api_key_id, created_at, updated_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now(), now()) "
+                "ON CONFLICT (job_id, day) DO UPDATE SET project_id = EXCLUDED.project_id, "
+                "hardware = EXCLUDED.hardware, backend = EXCLUDED.backend, seconds = EXCLUDED.seconds, "
+                "hourly = EXCLUDED.hourly, cost = EXCLUDED.cost, price_id = EXCLUDED.price_id, "
+                "api_key_id = EXCLUDED.api_key_id, updated_at = now()",
+                [
+                    organization_id,
+                    project_id,
+                    job_id,
+                    day,
+                    hardware,
+                    backend,
+                    seconds,
+                    hourly,
+                    cost,
+                    price_id,
+                    api_key_id,
+                ],
+            )
+        # In the dimensions' order (no API key last, as PostgreSQL sorts), like the
+        # refreshers, so concurrent writers lock UsageDaily rows in the same order.
+        changes = sorted(
+            ((key, change) for key, change in delta.items() if any(change)),
+            key=lambda item: (*item[0][:3], item[0][3] is None, item[0][3] or 0),
+        )
+        for (row_project, day, model, row_api_key), (cost, steps, unpriced_steps) in changes:
+            cursor.execute(
+                _UPSERT_DAILY.format(source="VALUES (%s, %s, %s, %s, %s, %s, %s, 0, 0, 0, %s, %s, %s)"),
+                [organization_id, row_project, day, COMPUTE_AGENT, model, row_api_key, "", cost, steps, unpriced_steps],
+            )
+    if changes:
+        transaction.on_commit(lambda: _evaluate_alerts(organization_id), robust=True)
+    return sum((cost for _day, _seconds, cost in new_rows), Decimal(0))
+
+
+def _evaluate_alerts(organization_id: int) -> None:
+    # billing.tasks imports this module: imported when used.
+    from billing.tasks import evaluate_budget_alerts
+
+    evaluate_budget_alerts.delay(organization_id)

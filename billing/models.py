@@ -9,8 +9,9 @@ the audited cost recomputations.
   (``organization`` set) win over the public ones. Drafts are never used for costing,
   only to preview a recompute.
 - ``UsageDaily``: the ledger, per day, organization, project, agent, model, API key and
-  end user, maintained incrementally from ``RunUsage`` (each run's own contribution) so
-  billing pages never scan raw steps, and a run later deleted by retention keeps its cost.
+  end user, maintained incrementally from ``RunUsage`` (each run's own contribution) and
+  ``ComputeUsage`` (each GPU job's, per day) so billing pages never scan raw steps, and a
+  run or job deleted later keeps its cost.
 - ``Budget`` / ``BudgetAlert``: spend limits and every alert raised.
 - ``CostRevision`` / ``StepCostChange``: a recompute applied by staff, keeping old amounts.
 """
@@ -117,6 +118,34 @@ class RunUsage(TenantModel):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run_id", "day", "model"], name="run_usage_unique")]
+
+
+class ComputeUsage(TenantModel):
+    """One GPU job's contribution to the ledger on one UTC day: the seconds it ran that
+    day and their cost at the job's hourly rate (``billing.ledger.compute_usage_record``
+    writes it and applies the difference to ``UsageDaily``). ``job_id`` is not a foreign
+    key: billing never depends on the jobs app, and keeps a job's cost after it is deleted.
+    ``hourly`` empty: the hardware had no price (cost 0, counted as unpriced)."""
+
+    job_id = models.BigIntegerField()
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    hardware = models.CharField(max_length=32)
+    backend = models.CharField(max_length=32, blank=True, help_text="The backend's kind (local, hf_jobs...).")
+    seconds = models.DecimalField(max_digits=12, decimal_places=6, help_text="Seconds the job ran on this day.")
+    hourly = models.DecimalField(null=True, blank=True, **RATE)
+    cost = models.DecimalField(default=0, **MONEY)
+    price = models.ForeignKey(Price, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    api_key = models.ForeignKey("agentops.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job_id", "day"], name="compute_usage_unique")]
+        indexes = [models.Index(fields=["project", "day"], name="compute_usage_project_day")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} on {self.day}: {self.seconds} s of {self.hardware}"
 
 
 class UsageDaily(TenantModel):

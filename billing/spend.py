@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from agentops.models import Organization, Project
 from agentops.scoping import dangerously_unscoped
-from billing.models import UsageDaily
+from billing.ledger import COMPUTE_MODEL_PREFIX, is_compute_usage
+from billing.models import ComputeUsage, UsageDaily
 from runs.models import Run, Step
 
 PERIODS = {"30d": "Last 30 days", "90d": "Last 90 days", "month": "This month"}
@@ -103,6 +104,8 @@ def organization_spend_table(*, organization, window: Window) -> list[dict]:
     for row in rows:
         project = projects[row["project_id"]]
         row["project__slug"], row["project__name"] = project.slug, project.name
+        # GPU jobs' usage: the page shows it as a job, not as a model with runs behind it.
+        row["job"] = is_compute_usage(agent_name=row["agent_name"], model=row["model"])
     rows.sort(key=lambda row: (-row["cost"], row["project__slug"], row["agent_name"], row["model"]))
     return rows
 
@@ -233,6 +236,19 @@ def console_runs(*, project: Project, model: str, day: date, limit: int = DRILL_
     for row in rows:
         row["name"] = names.get(row["run_id"], "")
     return rows
+
+
+def console_jobs(*, project: Project, model: str, day: date, limit: int = DRILL_LIMIT) -> list[ComputeUsage]:
+    """The GPU jobs behind one (project, ``gpu:<hardware>``, day) number, the most
+    expensive first; empty for any other model."""
+    if not model.startswith(COMPUTE_MODEL_PREFIX):
+        return []
+    with dangerously_unscoped("staff console: drill-down to jobs"):
+        return list(
+            ComputeUsage.objects.filter(
+                project=project, day=day, hardware=model.removeprefix(COMPUTE_MODEL_PREFIX)
+            ).order_by("-cost", "job_id")[:limit]
+        )
 
 
 def console_run(run_id: int) -> tuple[Run | None, list[Step]]:

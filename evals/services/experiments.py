@@ -327,7 +327,8 @@ def _score_soon(organization_id: int, result_ids: list[int]) -> None:
     run), on a worker. Any failure here leaves the result to the task and to recovery."""
     from celery import current_task
 
-    if current_task is None or not current_task.request.id:
+    request = getattr(current_task, "request", None)  # a proxy: no task, no request
+    if request is None or not request.id:
         _enqueue_scoring(organization_id, result_ids)
         return
     for result_id in result_ids:

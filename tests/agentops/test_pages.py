@@ -398,7 +398,7 @@ def test_runs_page_is_an_empty_state_explaining_how_to_send_traces(signed_in, te
     ("path", "heading"),
     [
         # Evaluations is no longer coming: tests/evals/test_dataset_pages.py covers its home.
-        (f"{PROJECT}/jobs/", "Jobs are coming"),
+        (f"{PROJECT}/jobs/", "No jobs yet"),
     ],
 )
 def test_coming_sections_say_so(signed_in, tenant, path, heading):

@@ -1,0 +1,31 @@
+"""Celery entry points of jobs: the poller (each poll schedules the next) and a sweeper
+that re-enqueues any job whose next look is overdue (a lost message, a restarted worker)."""
+
+from celery import shared_task
+
+from agentops.scoping import organization_scope
+
+# A job whose next poll is this late was dropped by a worker: the sweeper picks it up.
+OVERDUE_SECONDS = 20
+
+
+@shared_task
+def poll_job(organization_id: int, job_id: int) -> None:
+    """One step of a job (submit, or status + logs + GPU samples), then the next poll."""
+    from jobs.services import job_poll
+
+    with organization_scope(organization_id):
+        interval = job_poll(job_id=job_id)
+    if interval is not None:
+        poll_job.apply_async((organization_id, job_id), countdown=interval)
+
+
+@shared_task
+def sweep_jobs() -> int:
+    """Every 15 s: poll the unfinished jobs whose next look is overdue."""
+    from jobs.services import due_job_ids
+
+    due = due_job_ids(overdue_seconds=OVERDUE_SECONDS)
+    for organization_id, job_id in due:
+        poll_job.delay(organization_id, job_id)
+    return len(due)

@@ -1,0 +1,68 @@
+"""A scripted backend for the poller's own tests (each real backend is tested against
+its real client in its own module), and rows for job tests."""
+
+from __future__ import annotations
+
+from jobs.backends.base import BackendError, JobNotFound, LogChunk, RemoteStatus
+from jobs.models import ComputeBackend
+
+
+class ScriptedBackend:
+    """Answers from a script: ``states`` are returned by status() one after another
+    (the last one repeats), ``log_batches`` by logs(); records every call."""
+
+    hardware_map = {"cpu-basic": "cpu", "a100": "gpu", "t4": "gpu"}
+    instances: list[ScriptedBackend] = []
+    script: dict = {}
+
+    def __init__(self, *, config, credentials):
+        self.config, self.credentials = config, credentials
+        self.calls: list[tuple] = []
+        ScriptedBackend.instances.append(self)
+
+    @staticmethod
+    def validate(config, credentials):
+        return config, credentials
+
+    @classmethod
+    def reset(cls, **script):
+        cls.instances = []
+        cls.script = {"states": ["running"], "log_batches": [], "submit_error": None, **script}
+
+    @classmethod
+    def all_calls(cls) -> list[tuple]:
+        return [call for instance in cls.instances for call in instance.calls]
+
+    def submit(self, spec):
+        self.calls.append(("submit", spec))
+        error = self.script.get("submit_error")
+        if error is not None:
+            raise error
+        return f"remote-{spec.job_id}"
+
+    def status(self, external_id):
+        self.calls.append(("status", external_id))
+        states = self.script["states"]
+        state = states.pop(0) if len(states) > 1 else states[0]
+        if state == "missing":
+            raise JobNotFound("no such job")
+        if state == "broken":
+            raise BackendError("the backend is down", retryable=True)
+        if isinstance(state, RemoteStatus):
+            return state
+        return RemoteStatus(state=state, exit_code=0 if state == "succeeded" else 1 if state == "failed" else None)
+
+    def logs(self, external_id, cursor):
+        self.calls.append(("logs", external_id, dict(cursor)))
+        batches = self.script["log_batches"]
+        lines = batches.pop(0) if batches else []
+        return LogChunk(lines=lines, cursor={"n": cursor.get("n", 0) + len(lines)})
+
+    def cancel(self, external_id):
+        self.calls.append(("cancel", external_id))
+
+
+def make_backend(organization, *, name="box", kind="local", config=None) -> ComputeBackend:
+    return ComputeBackend.dangerously_unscoped_objects.create(
+        organization=organization, name=name, kind=kind, config=config or {}
+    )

@@ -1,0 +1,218 @@
+"""The jobs API: submit (202, Idempotency-Key, estimate, 402), read, logs, cancel; the
+hardware catalog; backends and secrets for admins only, never showing credentials; the
+job token's two endpoints; roles and tenant isolation of every endpoint."""
+
+import uuid
+from decimal import Decimal
+
+import pytest
+
+from agentops.scoping import organization_scope
+from jobs import services
+from jobs.models import ComputeBackend, Job, JobLogLine
+from jobs.services import job_poll
+from tests.evals.helpers import make_dataset, make_evaluator
+from tests.jobs.helpers import ScriptedBackend, make_backend
+
+
+@pytest.fixture(autouse=True)
+def scripted(monkeypatch):
+    ScriptedBackend.reset()
+    monkeypatch.setattr(services, "backend_for", lambda backend: ScriptedBackend(config={}, credentials={}))
+    return ScriptedBackend
+
+
+@pytest.fixture
+def backend(tenant):
+    return make_backend(tenant.organization, name="gpu-box")
+
+
+def _url(tenant, suffix=""):
+    return f"/api/v1/projects/{tenant.organization.slug}/{tenant.project.slug}/{suffix}"
+
+
+def _poll(tenant, job_id):
+    with organization_scope(tenant.organization):
+        job_poll(job_id=job_id)
+
+
+def test_submit_follow_logs_and_cancel(tenant, backend, key_client, scripted):
+    client = key_client(tenant.project)
+    body = {
+        "backend": "gpu-box",
+        "hardware": "a100",
+        "command": "python train.py --epochs 1",
+        "time_limit_seconds": 1800,
+    }
+    key = str(uuid.uuid4())
+    first = client.post(_url(tenant, "jobs/"), body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+    again = client.post(_url(tenant, "jobs/"), body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+    assert first.status_code == 202 and again.json()["id"] == first.json()["id"]
+    job = first.json()
+    assert job["status"] == "queued" and job["command"] == ["python", "train.py", "--epochs", "1"]
+    assert job["estimated_cost"] == "1.500000000" and job["estimate"]["basis"] == "time_limit"
+    assert job["events"][0]["status"] == "queued" and job["url"].endswith(f"/jobs/{job['id']}/")
+    scripted.reset(states=["running"], log_batches=[["line one", "line two"], ["line three"]])
+    _poll(tenant, job["id"])
+    _poll(tenant, job["id"])
+    _poll(tenant, job["id"])
+    logs = client.get(_url(tenant, f"jobs/{job['id']}/logs/")).json()
+    assert [line["text"] for line in logs["lines"]] == ["line one", "line two", "line three"]
+    assert logs["next_after"] == 3 and logs["ended"] is False
+    assert client.get(_url(tenant, f"jobs/{job['id']}/logs/?after=2")).json()["lines"][0]["number"] == 3
+    detail = client.get(_url(tenant, f"jobs/{job['id']}/")).json()
+    assert detail["status"] == "running" and detail["log_line_count"] == 3
+    cancelled = client.post(_url(tenant, f"jobs/{job['id']}/cancel/"))
+    assert cancelled.status_code == 202
+    _poll(tenant, job["id"])
+    assert client.get(_url(tenant, f"jobs/{job['id']}/")).json()["status"] == "cancelled"
+    assert client.post(_url(tenant, f"jobs/{job['id']}/cancel/")).status_code == 409
+    assert [j["id"] for j in client.get(_url(tenant, "jobs/?status=cancelled")).json()["results"]] == [job["id"]]
+
+
+def test_estimate_before_submitting(tenant, backend, client_for):
+    client = client_for(tenant.viewer)  # reading an estimate is open to viewers
+    body = {"backend": backend.pk, "hardware": "t4", "command": ["x"], "time_limit_seconds": 7200}
+    answer = client.post(_url(tenant, "jobs/estimate/"), body, format="json").json()
+    assert answer["amount"] == "0.700000000" and Decimal(answer["hourly"]) == Decimal("0.35")  # 2 h of t4
+    hardware = {row["name"]: row for row in client.get(_url(tenant, "hardware/")).json()["hardware"]}
+    assert list(hardware) == ["cpu-basic", "t4", "l4", "a10g", "a100", "h100", "h200"]
+    assert Decimal(hardware["a100"]["hourly_by_backend"]["gpu-box"]) == Decimal("3.00")
+    with organization_scope(tenant.organization):
+        assert not Job.objects.exists()
+
+
+def test_bad_submissions_answer_clearly(tenant, backend, client_for):
+    client = client_for(tenant.member)
+    cases = [
+        ({"backend": "nope", "hardware": "a100", "command": ["x"]}, 404, "no backend 'nope'"),
+        ({"backend": "gpu-box", "hardware": "tpu", "command": ["x"]}, 400, "unknown hardware"),
+        ({"backend": "gpu-box", "hardware": "a100"}, 400, "command"),
+        (
+            {"backend": "gpu-box", "hardware": "a100", "command": ["x"], "env": {"A B": "1"}},
+            400,
+            "environment variable",
+        ),
+        ({"backend": "gpu-box", "hardware": "a100", "command": ["x"], "time_limit_seconds": 10**9}, 400, "time_limit"),
+        (
+            {
+                "backend": "gpu-box",
+                "hardware": "a100",
+                "evaluation": {"dataset": "none", "evaluators": ["e"], "model": "m"},
+            },
+            404,
+            "no dataset 'none'",
+        ),
+    ]
+    for body, status, message in cases:
+        response = client.post(_url(tenant, "jobs/"), body, format="json")
+        assert response.status_code == status, (body, response.content)
+        assert message in response.json()["error"]["message"], response.json()
+
+
+def test_viewers_read_members_submit(tenant, backend, client_for):
+    body = {"backend": "gpu-box", "hardware": "a100", "command": ["x"]}
+    assert client_for(tenant.viewer).post(_url(tenant, "jobs/"), body, format="json").status_code == 403
+    job = client_for(tenant.member).post(_url(tenant, "jobs/"), body, format="json").json()
+    assert client_for(tenant.viewer).get(_url(tenant, f"jobs/{job['id']}/")).status_code == 200
+    assert client_for(tenant.viewer).post(_url(tenant, f"jobs/{job['id']}/cancel/")).status_code == 403
+
+
+def test_backends_and_secrets_are_for_admins_and_never_shown(tenant, client_for):
+    base = f"/api/v1/organizations/{tenant.organization.slug}/"
+    admin = client_for(tenant.admin)
+    created = admin.post(
+        base + "compute-backends/",
+        {
+            "name": "lab",
+            "kind": "hf_jobs",
+            "config": {"namespace": "acme"},
+            "credentials": {"token": "very-secret-token"},
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    assert "very-secret-token" not in created.content.decode() and created.json()["credentials_hint"] == "token"
+    with organization_scope(tenant.organization):
+        stored = ComputeBackend.objects.get(name="lab")
+    assert "very-secret-token" not in stored.credentials_ciphertext
+    assert admin.post(base + "compute-backends/", {"name": "lab", "kind": "local"}, format="json").status_code == 409
+    assert client_for(tenant.member).get(base + "compute-backends/").status_code == 403
+    saved = admin.post(base + "job-secrets/", {"name": "HF_TOKEN", "value": "hf_0123456789abcdef"}, format="json")
+    assert saved.status_code == 201 and "hf_0123456789" not in saved.content.decode()
+    assert admin.get(base + "job-secrets/").json() == [
+        {"name": "HF_TOKEN", "hint": "cdef", "updated_at": saved.json()["updated_at"]}
+    ]
+    assert (
+        client_for(tenant.member).post(base + "job-secrets/", {"name": "X", "value": "y"}, format="json").status_code
+        == 403
+    )
+    assert admin.delete(base + "job-secrets/HF_TOKEN/").status_code == 204
+
+
+def test_the_job_token_endpoints(tenant, backend, client_for, api_client, scripted, make_api_key):
+    make_dataset(
+        tenant.project, [{"key": "a", "input": "hi", "expected": "hi"}, {"key": "b", "input": "yo", "expected": "no"}]
+    )
+    make_evaluator(tenant.project, "exact", "exact_match")
+    body = {
+        "backend": "gpu-box",
+        "hardware": "a100",
+        "evaluation": {"dataset": "qa", "evaluators": ["exact"], "model": "echo", "seconds_per_item": 60},
+    }
+    job = client_for(tenant.member).post(_url(tenant, "jobs/"), body, format="json").json()
+    assert job["kind"] == "evaluation" and job["estimate"]["basis"] == "items"
+    assert job["estimated_cost"] == "0.100000000"  # 2 items × 60 s at $3.00/h
+    _poll(tenant, job["id"])
+    token = next(call[1] for call in scripted.all_calls() if call[0] == "submit").env["AGENTOPS_JOB_TOKEN"]
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    items = api_client.get(f"/api/v1/jobs/{job['id']}/items/").json()
+    assert [item["key"] for item in items["items"]] == ["a", "b"] and items["evaluators"] == ["exact"]
+    posted = api_client.post(
+        f"/api/v1/jobs/{job['id']}/results/", {"results": [{"item": "a", "output": "hi"}]}, format="json"
+    )
+    assert posted.status_code == 202 and posted.json() == {"accepted": 1}
+    # Not another job's endpoints, not the project's API, not an API key here.
+    other = client_for(tenant.member).post(_url(tenant, "jobs/"), body, format="json").json()
+    assert api_client.get(f"/api/v1/jobs/{other['id']}/items/").status_code == 404
+    assert api_client.get(_url(tenant, "jobs/")).status_code == 401
+    _, raw_key = make_api_key(tenant.project)
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
+    assert api_client.get(f"/api/v1/jobs/{job['id']}/items/").status_code == 401
+    # After the job ends the token is refused.
+    scripted.reset(states=["succeeded"])
+    _poll(tenant, job["id"])
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    refused = api_client.post(f"/api/v1/jobs/{job['id']}/results/", {"results": []}, format="json")
+    assert refused.status_code == 401 and "expired" in refused.json()["error"]["message"]
+
+
+def test_another_tenant_sees_nothing(tenant, other_tenant, backend, client_for):
+    job = (
+        client_for(tenant.member)
+        .post(_url(tenant, "jobs/"), {"backend": "gpu-box", "hardware": "a100", "command": ["x"]}, format="json")
+        .json()
+    )
+    outsider = client_for(other_tenant.owner)
+    for method, suffix in [
+        ("get", "jobs/"),
+        ("post", "jobs/"),
+        ("post", "jobs/estimate/"),
+        ("get", f"jobs/{job['id']}/"),
+        ("get", f"jobs/{job['id']}/logs/"),
+        ("post", f"jobs/{job['id']}/cancel/"),
+        ("get", "hardware/"),
+    ]:
+        response = getattr(outsider, method)(_url(tenant, suffix), {}, format="json")
+        assert response.status_code == 404, (suffix, response.status_code)
+    own = f"/api/v1/projects/{other_tenant.organization.slug}/{other_tenant.project.slug}/"
+    assert outsider.get(own + f"jobs/{job['id']}/").status_code == 404
+    # Their project cannot submit to this organization's backend either.
+    submitted = outsider.post(
+        own + "jobs/", {"backend": backend.pk, "hardware": "a100", "command": ["x"]}, format="json"
+    )
+    assert submitted.status_code == 404
+    base = f"/api/v1/organizations/{tenant.organization.slug}/"
+    assert outsider.get(base + "compute-backends/").status_code == 404
+    with organization_scope(tenant.organization):
+        assert JobLogLine.objects.count() == 0
