@@ -232,3 +232,15 @@ def test_the_local_backend_can_be_turned_off_for_the_installation(tenant, backen
         _submit(tenant, backend)
     with organization_scope(tenant.organization), pytest.raises(InvalidRequest, match="turned off"):
         services.backend_create(organization=tenant.organization, actor=tenant.owner, name="other", kind="local")
+
+
+def test_a_job_whose_poll_was_lost_is_found_by_the_sweeper(tenant, backend, scripted):
+    job = _submit(tenant, backend)
+    _poll(tenant, job)  # submitted; the next look is due in a second
+    # As if the worker holding the next poll died: the message is gone, the row remains.
+    Job.dangerously_unscoped_objects.filter(pk=job.pk).update(next_poll_at=timezone.now() - timedelta(seconds=60))
+    assert (tenant.organization.pk, job.pk) in services.due_job_ids(overdue_seconds=20)
+    Job.dangerously_unscoped_objects.filter(pk=job.pk).update(next_poll_at=timezone.now())
+    assert (tenant.organization.pk, job.pk) not in services.due_job_ids(overdue_seconds=20)
+    _poll(tenant, job)
+    assert job.status == "running"  # a new worker simply carries on from the stored state

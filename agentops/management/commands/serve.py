@@ -34,6 +34,7 @@ class Command(BaseCommand):
             # The apps add their samples through their own commands (the core imports no app).
             call_command("seed_demo_runs", f"{credentials.organization}/{credentials.project}", verbosity=0)
             call_command("seed_demo_evals", f"{credentials.organization}/{credentials.project}", verbosity=0)
+            call_command("seed_demo_jobs", f"{credentials.organization}/{credentials.project}", verbosity=0)
             self.stdout.write(format_credentials(credentials))
         python = sys.executable
         commands = {
