@@ -12,6 +12,7 @@ from rest_framework.response import Response
 
 from agentops.api.base import ProjectEndpoint
 from agentops.api.idempotency import idempotent
+from agentops.api.lookup import by_name_or_id
 from agentops.api.pagination import CreatedCursorPagination
 from agentops.errors import InvalidRequest, NotFound
 from evals import exports, selectors
@@ -158,21 +159,6 @@ class ResultPagination(CreatedCursorPagination):
     page_size = 100
 
 
-def _named(model, project, value, what: str):
-    """A dataset or agent of the project by id (a number) or by name."""
-    queryset = model.objects.filter(project=project)
-    found = (
-        queryset.filter(pk=value).first()
-        if isinstance(value, int) and not isinstance(value, bool)
-        else queryset.filter(name=value).first()
-        if isinstance(value, str)
-        else None
-    )
-    if found is None:
-        raise NotFound(f"no {what} {value!r} in this project")
-    return found
-
-
 class ExperimentsEndpoint(ProjectEndpoint):
     queryset = Experiment.objects.none()
 
@@ -210,7 +196,9 @@ class ExperimentListView(ExperimentsEndpoint):
         dataset_id = None
         if request.query_params.get("dataset"):
             value = request.query_params["dataset"]
-            dataset_id = _named(Dataset, self.project, int(value) if value.isdigit() else value, "dataset").pk
+            dataset_id = by_name_or_id(
+                Dataset.objects.filter(project=self.project), int(value) if value.isdigit() else value, "dataset"
+            ).pk
         queryset = selectors.experiment_list(
             project=self.project,
             dataset_id=dataset_id,
@@ -226,8 +214,12 @@ class ExperimentListView(ExperimentsEndpoint):
         serializer = ExperimentStartSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        dataset = _named(Dataset, self.project, data["dataset"], "dataset")
-        agent = _named(Agent, self.project, data["agent"], "agent") if data["agent"] is not None else None
+        dataset = by_name_or_id(Dataset.objects.filter(project=self.project), data["dataset"], "dataset")
+        agent = (
+            by_name_or_id(Agent.objects.filter(project=self.project), data["agent"], "agent")
+            if data["agent"] is not None
+            else None
+        )
         evaluators = []
         for name in data["evaluators"]:
             evaluator = Evaluator.objects.filter(project=self.project, name=name).first()

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from agentops.api.base import OrganizationEndpoint, ProjectEndpoint
 from agentops.api.idempotency import idempotent
+from agentops.api.lookup import by_name_or_id
 from agentops.api.pagination import CreatedCursorPagination
 from agentops.errors import NotFound
 from agentops.scoping import organization_scope
@@ -121,19 +122,6 @@ class JobSubmitSerializer(serializers.Serializer):
     evaluation = EvaluationSerializer(required=False, allow_null=True, default=None)
 
 
-def _named(queryset, value, what: str):
-    found = (
-        queryset.filter(pk=value).first()
-        if isinstance(value, int) and not isinstance(value, bool)
-        else queryset.filter(name=value).first()
-        if isinstance(value, str)
-        else None
-    )
-    if found is None:
-        raise NotFound(f"no {what} {value!r}")
-    return found
-
-
 class JobsEndpoint(ProjectEndpoint):
     queryset = Job.objects.none()
 
@@ -155,12 +143,14 @@ class JobsEndpoint(ProjectEndpoint):
         serializer = JobSubmitSerializer(data=data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        backend = _named(ComputeBackend.objects.filter(organization=self.organization), data["backend"], "backend")
+        backend = by_name_or_id(
+            ComputeBackend.objects.filter(organization=self.organization), data["backend"], "backend"
+        )
         evaluation = data["evaluation"]
         if evaluation:
-            dataset = _named(Dataset.objects.filter(project=self.project), evaluation["dataset"], "dataset")
+            dataset = by_name_or_id(Dataset.objects.filter(project=self.project), evaluation["dataset"], "dataset")
             evaluators = [
-                _named(Evaluator.objects.filter(project=self.project), name, "evaluator")
+                by_name_or_id(Evaluator.objects.filter(project=self.project), name, "evaluator")
                 for name in evaluation["evaluators"]
             ]
             evaluation = {**evaluation, "dataset": dataset, "evaluators": evaluators}
