@@ -158,7 +158,7 @@ class JobForm(forms.Form):
         """The backend the hardware rates are shown for: the one chosen, else the first."""
         value = self.data.get(self.add_prefix("backend")) if self.is_bound else self.initial.get("backend")
         value = getattr(value, "pk", value)
-        chosen = backends.filter(pk=value).first() if str(value or "").isdigit() else None
+        chosen = backends.filter(pk=value).first() if str(value or "").isdecimal() else None
         return chosen or backends.first()
 
     def clean_command(self) -> list[str]:

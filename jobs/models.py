@@ -117,6 +117,10 @@ class Job(TenantModel):
     log_cursor = models.JSONField(default=dict, blank=True, help_text="Where the backend's log was read up to.")
     log_line_count = models.PositiveIntegerField(default=0)
     missing_polls = models.PositiveIntegerField(default=0, help_text="Polls in a row the backend did not know it.")
+    failed_polls = models.PositiveIntegerField(default=0, help_text="Polls in a row the backend call failed.")
+    poll_token = models.CharField(
+        max_length=32, blank=True, help_text="The poll chain that owns the job: a stale chain's message is dropped."
+    )
     api_key = models.ForeignKey("agentops.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)

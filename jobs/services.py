@@ -23,6 +23,7 @@ import logging
 import re
 import secrets
 import sys
+import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -32,6 +33,7 @@ from django.utils import timezone
 
 from agentops import crypto
 from agentops.errors import Conflict, InvalidRequest, NotFound
+from agentops.jsonsafe import storable, storage_problem
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
 from jobs import hardware as catalog
@@ -43,6 +45,7 @@ logger = logging.getLogger(__name__)
 MIN_TIME_LIMIT = 60
 MAX_TIME_LIMIT = 7 * 24 * 3600
 LOST_AFTER_MISSES = 3
+MAX_FAILED_POLLS = 8
 MIN_POLL_SECONDS = 1.0
 MAX_POLL_SECONDS = 30.0
 TOKEN_PREFIX = "aoj_"
@@ -76,6 +79,12 @@ def _check_allowed(kind: str) -> None:
         raise InvalidRequest("the local backend is turned off on this installation (JOBS_LOCAL_BACKEND=false)")
 
 
+def _check_storable(config, credentials) -> None:
+    for what, value in (("config", config), ("credentials", credentials)):
+        if problem := storage_problem(value):
+            raise InvalidRequest(f"the {what} cannot be stored: {problem}")
+
+
 def backend_create(*, organization, actor, name: str, kind: str, config=None, credentials=None, ip=None):
     """Add a compute backend to the organization; credentials are encrypted and never
     shown again."""
@@ -85,6 +94,7 @@ def backend_create(*, organization, actor, name: str, kind: str, config=None, cr
     if kind not in ComputeBackend.Kind.values:
         raise InvalidRequest(f"kind must be one of {', '.join(ComputeBackend.Kind.values)}")
     _check_allowed(kind)
+    _check_storable(config, credentials)
     config, credentials = _implementation(kind).validate(dict(config or {}), dict(credentials or {}))
     if ComputeBackend.objects.filter(organization=organization, name=name).exists():
         raise Conflict(f"a backend named {name!r} already exists")
@@ -115,6 +125,7 @@ def backend_update(*, backend: ComputeBackend, actor, config=None, credentials=N
     new_config = dict(backend.config) if config is None else dict(config)
     current = json.loads(crypto.decrypt(backend.credentials_ciphertext)) if backend.credentials_ciphertext else {}
     new_credentials = current if credentials is None else dict(credentials)
+    _check_storable(new_config, new_credentials)
     new_config, new_credentials = _implementation(backend.kind).validate(new_config, new_credentials)
     with transaction.atomic():
         backend.config = new_config
@@ -238,6 +249,8 @@ def _clean_env(env) -> dict[str, str]:
             raise InvalidRequest(f"env: names starting with {RESERVED_ENV_PREFIX} are set by the platform")
         if not isinstance(value, str | int | float) or isinstance(value, bool):
             raise InvalidRequest(f"env: the value of {name} must be text or a number")
+        if "\x00" in str(value):
+            raise InvalidRequest(f"env: the value of {name} holds a NUL character")
         cleaned[name] = str(value)
     return cleaned
 
@@ -252,6 +265,8 @@ def _clean_command(command) -> list[str]:
             raise InvalidRequest(f"command: {exc}") from None
     if not isinstance(command, list) or not command or not all(isinstance(part, str) and part for part in command):
         raise InvalidRequest("command must be a non-empty list of texts (the program and its arguments)")
+    if any("\x00" in part for part in command):
+        raise InvalidRequest("command holds a NUL character, which no program can receive")
     if sum(len(part) for part in command) > 20_000:
         raise InvalidRequest("command is too long")
     return command
@@ -393,6 +408,8 @@ def job_cancel(*, job: Job, actor, ip: str | None = None) -> Job:
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.ended:
             raise Conflict(f"the job already {job.status}")
+        if job.cancel_requested:
+            return job  # already on its way: no second audit entry or poll chain
         job.cancel_requested = True
         job.next_poll_at = timezone.now()
         job.save(update_fields=["cancel_requested", "next_poll_at", "updated_at"])
@@ -438,9 +455,11 @@ def token_live(job: Job) -> bool:
 # -- the poller -------------------------------------------------------------------------
 
 
-def job_poll(*, job_id: int) -> float | None:
-    """Move one job forward; return the seconds until it should be looked at again, or
-    None when it has ended (or another worker holds it)."""
+def job_poll(*, job_id: int, token: str | None = None) -> tuple[float, str] | None:
+    """Move one job forward; return (seconds until the next look, the token that next
+    look must carry), or None when it has ended, another worker holds it, or ``token``
+    belongs to a chain of polls that a newer one replaced (so chains never pile up: a
+    cancel or the sweeper starts a new chain with no token, and the old one stops)."""
     with transaction.atomic():
         job = (
             Job.objects.select_for_update(skip_locked=True, of=("self",))
@@ -450,16 +469,19 @@ def job_poll(*, job_id: int) -> float | None:
         )
         if job is None or job.ended:
             return None
+        if token is not None and token != job.poll_token:
+            return None
         if job.status == Job.Status.QUEUED:
             interval = _submit(job)
         else:
             interval = _watch(job)
+        job.poll_token = uuid.uuid4().hex if interval is not None else ""
         if interval is not None:
             job.poll_interval_seconds = interval
             job.next_poll_at = timezone.now() + timedelta(seconds=interval)
         job.updated_at = timezone.now()
         job.save()
-    return interval
+    return (interval, job.poll_token) if interval is not None else None
 
 
 def _transition(job: Job, status: str, message: str = "", *, at: datetime | None = None) -> None:
@@ -470,7 +492,7 @@ def _transition(job: Job, status: str, message: str = "", *, at: datetime | None
         project_id=job.project_id,
         job=job,
         status=status,
-        message=message[:2000],
+        message=storable(message[:2000]),
         at=at or timezone.now(),
     )
     transaction.on_commit(lambda: _announce(job.pk))
@@ -533,12 +555,29 @@ def _submit(job: Job) -> float | None:
 
 
 def _watch(job: Job) -> float | None:
-    backend = backend_for(job.backend)
+    try:
+        return _watch_backend(job, backend_for(job.backend))
+    except Exception as exc:  # noqa: BLE001 - a backend bug must not leave the job polled forever
+        job.failed_polls += 1
+        logger.warning("job %s: poll %s failed", job.pk, job.failed_polls, exc_info=True)
+        if job.failed_polls >= MAX_FAILED_POLLS:
+            _end(job, Job.Status.FAILED, f"the backend failed {job.failed_polls} times in a row: {type(exc).__name__}")
+            return None
+        return min(MAX_POLL_SECONDS, 2.0**job.failed_polls)
+
+
+def _watch_backend(job: Job, backend) -> float | None:
     if job.cancel_requested:
         try:
             backend.cancel(job.external_id)
         except BackendError as exc:
-            logger.warning("job %s: cancel failed: %s", job.pk, exc.message)
+            job.failed_polls += 1
+            if job.failed_polls < MAX_FAILED_POLLS:
+                logger.warning("job %s: cancel failed, trying again: %s", job.pk, exc.message)
+                return min(MAX_POLL_SECONDS, 2.0**job.failed_polls)
+            _collect_logs(job, backend)
+            _end(job, Job.Status.CANCELLED, f"cancel failed {job.failed_polls} times ({exc.message}): it may still run")
+            return None
         _collect_logs(job, backend)
         _end(job, Job.Status.CANCELLED, "cancelled")
         return None
@@ -551,9 +590,13 @@ def _watch(job: Job) -> float | None:
             return None
         return MIN_POLL_SECONDS * 2
     except BackendError as exc:
+        job.failed_polls += 1
         logger.warning("job %s: status failed: %s", job.pk, exc.message)
+        if job.failed_polls >= MAX_FAILED_POLLS:
+            _end(job, Job.Status.FAILED, f"the backend failed {job.failed_polls} times in a row: {exc.message}")
+            return None
         return min(MAX_POLL_SECONDS, max(job.poll_interval_seconds * 2, 2.0))
-    job.missing_polls = 0
+    job.missing_polls = job.failed_polls = 0
     changed = _collect_logs(job, backend)
     _store_gpu_samples(job, remote.gpu_samples)
     if remote.state == "running" and job.status != Job.Status.RUNNING:
@@ -561,21 +604,22 @@ def _watch(job: Job) -> float | None:
         _transition(job, Job.Status.RUNNING, "running")
         changed = True
     if remote.state in ENDING:
-        if job.started_at is None:
-            job.started_at = _when(remote.started_at) or job.submitted_at
-        if job.status != Job.Status.RUNNING and remote.state != "cancelled":
+        if job.started_at is None and remote.started_at:
             # It ran and ended between two polls: the timeline still says it ran.
+            job.started_at = _when(remote.started_at)
             _transition(job, Job.Status.RUNNING, "running", at=max(job.started_at, job.submitted_at or job.started_at))
         job.exit_code = remote.exit_code
         message = remote.message or (f"exit code {remote.exit_code}" if remote.exit_code is not None else remote.state)
         _end(job, ENDING[remote.state], message, ended_at=_when(remote.ended_at))
         return None
-    if job.started_at is not None and (timezone.now() - job.started_at).total_seconds() > job.time_limit_seconds:
+    waited_since = job.started_at or job.submitted_at
+    if waited_since is not None and (timezone.now() - waited_since).total_seconds() > job.time_limit_seconds:
         try:
             backend.cancel(job.external_id)
         except BackendError as exc:
             logger.warning("job %s: cancel at the time limit failed: %s", job.pk, exc.message)
-        _end(job, Job.Status.FAILED, f"the time limit of {job.time_limit_seconds} s was reached")
+        reason = "was reached" if job.started_at else "passed before the backend started it"
+        _end(job, Job.Status.FAILED, f"the time limit of {job.time_limit_seconds} s {reason}")
         return None
     if changed:
         return MIN_POLL_SECONDS
@@ -604,7 +648,7 @@ def _collect_logs(job: Job, backend) -> bool:
                 project_id=job.project_id,
                 job=job,
                 number=first + index,
-                text=line[:MAX_LINE_CHARS],
+                text=storable(line[:MAX_LINE_CHARS]),
                 at=now,
             )
             for index, line in enumerate(chunk.lines)
@@ -643,7 +687,7 @@ def _end(job: Job, status: str, message: str, *, ended_at: datetime | None = Non
     if job.started_at is not None and job.ended_at < job.started_at:
         job.ended_at = job.started_at
     if status != Job.Status.SUCCEEDED and not job.error:
-        job.error = message[:5000]
+        job.error = storable(message[:5000])
     job.token_expires_at = job.ended_at if job.token_hash else job.token_expires_at
     job.next_poll_at = None
     _transition(job, status, message)

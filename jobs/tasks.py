@@ -10,14 +10,16 @@ OVERDUE_SECONDS = 20
 
 
 @shared_task
-def poll_job(organization_id: int, job_id: int) -> None:
-    """One step of a job (submit, or status + logs + GPU samples), then the next poll."""
+def poll_job(organization_id: int, job_id: int, token: str | None = None) -> None:
+    """One step of a job (submit, or status + logs + GPU samples), then the next poll,
+    which carries the token of this chain (a newer chain makes this one stop)."""
     from jobs.services import job_poll
 
     with organization_scope(organization_id):
-        interval = job_poll(job_id=job_id)
-    if interval is not None:
-        poll_job.apply_async((organization_id, job_id), countdown=interval)
+        following = job_poll(job_id=job_id, token=token)
+    if following is not None:
+        interval, next_token = following
+        poll_job.apply_async((organization_id, job_id, next_token), countdown=interval)
 
 
 @shared_task

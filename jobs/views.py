@@ -69,7 +69,7 @@ def log_tail(job: Job) -> list[JobLogLine]:
 
 def _page_number(request) -> str:
     value = request.GET.get("page", "1")
-    return value if value.isdigit() else "1"
+    return value if value.isdecimal() else "1"
 
 
 # -- the jobs list --------------------------------------------------------------------------

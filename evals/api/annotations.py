@@ -109,7 +109,7 @@ def _valid(serializer_class, data) -> dict:
 
 
 def _evaluator_ref(value: str):
-    return int(value) if value.isdigit() else value
+    return int(value) if value.isdecimal() else value
 
 
 class QueueEndpoint(ProjectEndpoint):

@@ -197,7 +197,7 @@ class ExperimentListView(ExperimentsEndpoint):
         if request.query_params.get("dataset"):
             value = request.query_params["dataset"]
             dataset_id = by_name_or_id(
-                Dataset.objects.filter(project=self.project), int(value) if value.isdigit() else value, "dataset"
+                Dataset.objects.filter(project=self.project), int(value) if value.isdecimal() else value, "dataset"
             ).pk
         queryset = selectors.experiment_list(
             project=self.project,

@@ -75,7 +75,7 @@ class OnlineRuleListView(OnlineRuleEndpoint):
         rule = online.rule_create(
             project=self.project,
             actor=self.access.actor,
-            evaluator=int(evaluator) if evaluator.isdigit() else evaluator,
+            evaluator=int(evaluator) if evaluator.isdecimal() else evaluator,
             sampling_rate=data["sampling_rate"],
             filters=data["filters"],
             enabled=data["enabled"],

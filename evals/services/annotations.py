@@ -57,7 +57,7 @@ def _resolve_human_evaluators(project, refs: list) -> list[Evaluator]:
     unknown = []
     for ref in refs:
         evaluator = by_id.get(ref) if isinstance(ref, int) and not isinstance(ref, bool) else by_name.get(str(ref))
-        if evaluator is None and isinstance(ref, str) and ref.isdigit():
+        if evaluator is None and isinstance(ref, str) and ref.isdecimal():
             evaluator = by_id.get(int(ref))
         if evaluator is None:
             unknown.append(str(ref))
@@ -113,7 +113,7 @@ def _run_ids(run_ids) -> list[int]:
         raise InvalidRequest(f"add at most {MAX_RUNS_PER_ADD} runs at a time")
     ids = []
     for value in run_ids:
-        if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).isdigit():
+        if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).isdecimal():
             raise InvalidRequest(f"run ids are whole numbers; got {value!r}")
         ids.append(int(value))
     return list(dict.fromkeys(ids))

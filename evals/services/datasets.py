@@ -24,6 +24,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest, NotFound
+from agentops.jsonsafe import storage_problem
 from agentops.services.audit import audit_record
 from evals.models import Dataset, DatasetItem, DatasetVersion
 
@@ -69,7 +70,7 @@ def _clean_name(name: str) -> str:
         raise InvalidRequest("the dataset needs a name")
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidRequest(f"a dataset name has at most {MAX_NAME_LENGTH} characters")
-    if name.isdigit():
+    if name.isdecimal():
         # The experiments API takes a dataset by name or by id: "42" must mean one thing.
         raise InvalidRequest("a dataset name cannot be only digits (ids are); add a letter")
     return name
@@ -179,23 +180,6 @@ def version_items(version: DatasetVersion) -> QuerySet[DatasetItem]:
 # --- Checking items ----------------------------------------------------------------------
 
 
-def _storage_problem(value: Any) -> str:
-    """Why PostgreSQL's jsonb would refuse ``value``, or ""."""
-    try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
-    except ValueError:
-        return "NaN and Infinity are not JSON numbers"
-    except TypeError as exc:
-        return f"not JSON: {exc}"
-    if "\\u0000" in text:
-        return "a NUL character (\\u0000) cannot be stored"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "an unpaired UTF-16 surrogate cannot be stored"
-    return ""
-
-
 def _generated_key() -> str:
     return uuid.uuid4().hex[:GENERATED_KEY_LENGTH]
 
@@ -237,7 +221,7 @@ def _check_item(raw: Any, *, where: str, problems: list[str], strict: bool) -> N
     if len(problems) > count:
         return None
     for field, value in (("input", raw["input"]), ("expected", raw.get("expected")), ("metadata", metadata)):
-        problem = _storage_problem(value)
+        problem = storage_problem(value)
         if problem:
             problems.append(f"{where}: {field}: {problem}")
             return None

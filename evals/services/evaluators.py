@@ -22,6 +22,8 @@ from evals.services.scoring import new_webhook_secret, validate_config
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 RESERVED_NAMES = frozenset(
     {"pass_rate", "error_rate", "cost", "cost_per_item", "latency_p50", "latency_p95", "latency_ms", "tokens"}
+    # Names a template would read as a dict's methods.
+    | {"items", "keys", "values", "get"}
 )
 SECRET_LENGTH = (16, 200)
 

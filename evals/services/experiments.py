@@ -32,10 +32,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest, NotFound
+from agentops.jsonsafe import MAX_BIGINT, MAX_MONEY, storage_problem
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
 from evals import stats
 from evals.models import Dataset, DatasetItem, DatasetVersion, Evaluator, Experiment, ExperimentResult, Score
+from evals.services.evaluators import RESERVED_NAMES
 from evals.services.scoring import Subject, evaluate, passed, spec_of
 from runs.models import Agent, AgentVersion, Run
 from runs.services.agents import clean_parameters
@@ -79,6 +81,9 @@ def experiment_start(
     (people score through annotation queues), an agent that pauses for approvals."""
     if kind not in Experiment.Kind.values:
         raise InvalidRequest(f"kind must be one of {', '.join(Experiment.Kind.values)}")
+    for field, value in (("metadata", metadata), ("parameters", parameters), ("name", name), ("branch", branch)):
+        if problem := storage_problem(value):
+            raise InvalidRequest(f"{field} cannot be stored: {problem}")
     if not 1 <= concurrency <= MAX_CONCURRENCY:
         raise InvalidRequest(f"concurrency must be 1 to {MAX_CONCURRENCY}")
     version = _dataset_version(dataset, dataset_version_number)
@@ -353,6 +358,7 @@ def score_result(*, result_id: int) -> None:
     )
     if result is None or result.status not in ACTIVE:
         return
+    seen = result.updated_at  # a newer report while this one is scored starts over
     experiment = result.experiment
     run = result.run
     if experiment.kind == Experiment.Kind.EXECUTED:
@@ -383,6 +389,8 @@ def score_result(*, result_id: int) -> None:
     with transaction.atomic():
         result = ExperimentResult.objects.select_for_update().filter(pk=result_id).first()
         if result is None or result.status not in ACTIVE:
+            return
+        if result.updated_at != seen:  # reported again meanwhile: that report's scoring task stores it
             return
         scores: dict[str, float | None] = {}
         rows = []
@@ -537,9 +545,12 @@ def summarize(specs: list[dict], results: list[dict], *, seed: int = 0) -> dict:
             "unscored": len(finished) - len(values),
         }
     gated = [name for name in names if thresholds[name] is not None]
+    # An item counts toward the pass rate only when every gated metric scored it: a rate
+    # over items nobody could score would be a number made of no data.
     every = [
-        all((row["scores"] or {}).get(name) is not None and row["scores"][name] >= thresholds[name] for name in gated)
+        all(row["scores"][name] >= thresholds[name] for name in gated)
         for row in finished
+        if all((row["scores"] or {}).get(name) is not None for name in gated)
     ]
     latencies = sorted(row["latency_ms"] for row in finished if row["latency_ms"] is not None)
     cost = sum((Decimal(row["cost"] or 0) for row in finished), Decimal(0))
@@ -714,18 +725,25 @@ def _parse_reported(index: int, entry: Any) -> Reported:
             raise InvalidRequest(f"{where}.scores.{name} must be a number from 0 to 1")
         if not isinstance(name, str) or not 0 < len(name) <= 64:
             raise InvalidRequest(f"{where}.scores: metric names are 1 to 64 characters")
+        if name in RESERVED_NAMES:
+            raise InvalidRequest(f"{where}.scores: {name!r} is the name of an experiment-wide metric")
     try:
         cost = Decimal(str(entry.get("cost", 0) or 0))
     except InvalidOperation as exc:
         raise InvalidRequest(f"{where}.cost must be a number") from exc
-    if not cost.is_finite() or cost < 0:
-        raise InvalidRequest(f"{where}.cost must be a number of at least 0")
+    if not cost.is_finite() or not 0 <= cost < MAX_MONEY:
+        raise InvalidRequest(f"{where}.cost must be a number from 0 to under {MAX_MONEY:,} (US dollars)")
     latency = entry.get("latency_ms")
-    if latency is not None and (not isinstance(latency, int) or isinstance(latency, bool) or latency < 0):
+    if latency is not None and (
+        not isinstance(latency, int) or isinstance(latency, bool) or not 0 <= latency <= MAX_BIGINT
+    ):
         raise InvalidRequest(f"{where}.latency_ms must be a whole number of at least 0")
     tokens = entry.get("tokens", 0) or 0
-    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 <= tokens <= MAX_BIGINT:
         raise InvalidRequest(f"{where}.tokens must be a whole number of at least 0")
+    for field in ("output", "error", "steps", "tool_calls", "scores"):
+        if problem := storage_problem(entry.get(field)):
+            raise InvalidRequest(f"{where}.{field} cannot be stored: {problem}")
     error = entry.get("error") or ""
     if not isinstance(error, str):
         raise InvalidRequest(f"{where}.error must be a string")

@@ -3,6 +3,7 @@ absolute or relative to a baseline experiment (by id, or the latest on a branch)
 
 from __future__ import annotations
 
+import math
 import operator
 from decimal import Decimal
 from typing import Any
@@ -54,11 +55,18 @@ def find_baseline(*, experiment: Experiment, baseline: dict | None) -> Experimen
     if not isinstance(baseline, dict):
         raise InvalidRequest('baseline must be {"experiment": <id>} or {"branch": "<name>"}')
     if "experiment" in baseline:
-        found = Experiment.objects.filter(project=experiment.project, pk=baseline["experiment"]).first()
+        wanted = baseline["experiment"]
+        if not isinstance(wanted, int) or isinstance(wanted, bool):
+            raise InvalidRequest("baseline.experiment is an experiment's id (a number)")
+        found = Experiment.objects.filter(project=experiment.project, pk=wanted).first()
         if found is None:
-            raise InvalidRequest(f"baseline experiment {baseline['experiment']} not found in this project")
+            raise InvalidRequest(f"baseline experiment {wanted} not found in this project")
         if found.pk == experiment.pk:
             raise InvalidRequest("an experiment cannot be its own baseline")
+        if not found.ended:
+            raise Conflict(f"the baseline experiment {wanted} is {found.status}; compare with one that has ended")
+        if found.dataset_id != experiment.dataset_id:
+            raise InvalidRequest(f"the baseline experiment {wanted} ran on another dataset")
         return found
     if "branch" in baseline:
         return (
@@ -98,11 +106,14 @@ def gate_check(*, experiment: Experiment, conditions: list[dict], baseline: dict
         metric = condition["metric"]
         try:
             actual = metric_value(experiment.summary, metric)
-            baseline_value = metric_value(base.summary, metric) if base is not None else None
         except KeyError:
             raise InvalidRequest(
                 f"unknown metric {metric!r}; this experiment has: {', '.join(known_metrics(experiment.summary))}"
             ) from None
+        try:
+            baseline_value = metric_value(base.summary, metric) if base is not None else None
+        except KeyError:  # the baseline had no such metric: a relative condition on it fails
+            baseline_value = None
         compared = actual
         if condition["relative"]:
             compared = None if actual is None or baseline_value is None else actual - baseline_value
@@ -127,6 +138,13 @@ def gate_check(*, experiment: Experiment, conditions: list[dict], baseline: dict
     }
 
 
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
 def _parse(index: int, condition: Any) -> dict:
     where = f"conditions[{index}]"
     if not isinstance(condition, dict):
@@ -138,8 +156,8 @@ def _parse(index: int, condition: Any) -> dict:
     if comparator not in COMPARATORS:
         raise InvalidRequest(f"{where}.comparator must be one of {', '.join(COMPARATORS)} (or gte, gt, lte, lt, eq)")
     threshold = condition.get("threshold")
-    if not isinstance(threshold, int | float) or isinstance(threshold, bool):
-        raise InvalidRequest(f"{where}.threshold must be a number")
+    if not isinstance(threshold, int | float) or isinstance(threshold, bool) or not _finite(threshold):
+        raise InvalidRequest(f"{where}.threshold must be a finite number")
     relative = condition.get("relative", False)
     if not isinstance(relative, bool):
         raise InvalidRequest(f"{where}.relative must be true or false")

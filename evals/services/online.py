@@ -22,7 +22,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.core.cache import cache
-from django.db import IntegrityError, transaction
+from django.db import DataError, IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -62,7 +62,7 @@ def _online_evaluator(project, evaluator) -> Evaluator:
             found = queryset.filter(pk=evaluator).first()
         elif isinstance(evaluator, str) and evaluator.strip():
             found = queryset.filter(name=evaluator.strip()).first()
-            if found is None and evaluator.strip().isdigit():
+            if found is None and evaluator.strip().isdecimal():
                 found = queryset.filter(pk=int(evaluator)).first()
         else:
             raise InvalidRequest("choose the evaluator that scores the runs (its id or name)")
@@ -108,6 +108,8 @@ def clean_filters(filters) -> dict[str, str]:
             continue
         if not isinstance(value, str):
             raise InvalidRequest(f"filters.{key} is a text")
+        if "\x00" in value:
+            raise InvalidRequest(f"filters.{key} holds a NUL character, which cannot be stored")
         value = value.strip()
         if len(value) > 200:
             raise InvalidRequest(f"filters.{key} is too long (200 characters at most)")
@@ -322,6 +324,8 @@ def _scan(rule: OnlineRule, now: datetime) -> int:
             scored += 1
         except IntegrityError:
             pass  # Already scored (another rule with the same evaluator, or an earlier scan).
+        except DataError:  # an answer the database refuses: logged, and the scan goes on
+            logger.exception("online rule %s: the score of run %s could not be stored", rule.pk, run.pk)
         handled += 1
         if time.monotonic() - started > RULE_TIME_BUDGET_SECONDS:
             break

@@ -30,6 +30,7 @@ import regex
 import requests
 
 from agentops.errors import InvalidRequest
+from agentops.jsonsafe import storable, storage_problem
 from agentops.netguard import UnsafeUrlError, check_outbound_url
 
 logger = logging.getLogger(__name__)
@@ -252,12 +253,19 @@ def evaluate(spec: dict, subject: Subject, *, organization) -> Outcome:
         return Outcome(value=None, error=f"unknown evaluator kind {kind!r}")
     config = spec.get("config") or {}
     try:
-        return scorer(spec, config, subject, organization)
+        outcome = scorer(spec, config, subject, organization)
     except InvalidRequest as exc:  # e.g. no Mistral key for the judge
         return Outcome(value=None, error=exc.message)
     except Exception as exc:  # noqa: BLE001 - one evaluator's failure must not stop an experiment
         logger.exception("evaluator %s (%s) failed", spec.get("name"), kind)
         return Outcome(value=None, error=f"the evaluator failed: {type(exc).__name__}: {str(exc)[:300]}")
+    # A judge's or a webhook's answer is stored as given: nothing in it may be unstorable.
+    return Outcome(
+        value=outcome.value,
+        reasoning=storable(outcome.reasoning or ""),
+        details=storable(outcome.details or {}),
+        error=storable(outcome.error or ""),
+    )
 
 
 # --- Small helpers: JSON paths, values as text, comparisons ----------------------------------------
@@ -286,7 +294,7 @@ def resolve_path(value: Any, parts: list[str | int]) -> Any:
             if part not in value:
                 return _MISSING
             value = value[part]
-        elif isinstance(value, list) and (isinstance(part, int) or part.lstrip("-").isdigit()):
+        elif isinstance(value, list) and (isinstance(part, int) or part.lstrip("-").isdecimal()):
             index = int(part)
             if not -len(value) <= index < len(value):
                 return _MISSING
@@ -374,6 +382,14 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _finite(value: int | float) -> bool:
+    """A finite number a float can hold (a huge integer is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _decimal(value: Any) -> Decimal | None:
     if value is None or isinstance(value, bool):
         return None
@@ -450,7 +466,7 @@ class _Config:
                 raise InvalidRequest(f"{self.kind} evaluators need {key}")
             return None
         kinds = int if whole else int | float
-        if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, kinds) or not _finite(value):
             raise InvalidRequest(f"{key} must be a {'whole ' if whole else ''}number")
         if low is not None and value < low:
             raise InvalidRequest(f"{key} must be at least {low}")
@@ -671,6 +687,8 @@ def validate_config(kind: str, config: dict) -> dict:
     InvalidRequest saying what is wrong."""
     if kind not in CONFIGS:
         raise InvalidRequest(f"unknown evaluator kind {kind!r}; use one of {', '.join(CONFIGS)}")
+    if problem := storage_problem(config):
+        raise InvalidRequest(f"the configuration cannot be stored: {problem}")
     allowed, clean = CONFIGS[kind]
     reader = _Config(kind, config, allowed)
     clean(reader)

@@ -150,7 +150,7 @@ class AddRunsForm(forms.Form):
 
     def clean_run_ids(self) -> list[int]:
         parts = [part for part in RUN_ID_SEPARATORS.split(self.cleaned_data["run_ids"]) if part]
-        bad = [part for part in parts if not part.isdigit()]
+        bad = [part for part in parts if not part.isdecimal()]
         if bad:
             raise forms.ValidationError(f"Run ids are whole numbers; these are not: {', '.join(bad[:5])}.")
         if not parts:
@@ -265,7 +265,7 @@ class QueueReviewPage(ProjectPage):
         entry_id = request.POST.get("entry", "")
         entry = (
             QueueEntry.objects.filter(queue=queue, pk=int(entry_id)).select_related("run", "queue").first()
-            if entry_id.isdigit()
+            if entry_id.isdecimal()
             else None
         )
         if entry is None:
@@ -422,7 +422,7 @@ class RunAddToQueueAction(_PanelAction):
         queue_id = request.POST.get("queue", "")
         queue = (
             AnnotationQueue.objects.filter(project=self.project, pk=int(queue_id)).first()
-            if queue_id.isdigit()
+            if queue_id.isdecimal()
             else None
         )
         if queue is None:

@@ -15,6 +15,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, path, reverse
@@ -212,7 +213,7 @@ def dataset_in_project(page: ProjectPage, dataset_id: int) -> Dataset:
 
 
 def _version_number(value: str | None) -> int | None:
-    return int(value) if value and value.isdigit() and int(value) > 0 else None
+    return int(value) if value and value.isdecimal() and int(value) > 0 else None
 
 
 def render_dataset(
@@ -391,7 +392,8 @@ class RunAddToDatasetAction(ProjectPage):
             outcome = " ".join(error for errors in form.errors.values() for error in errors)
         else:
             try:
-                outcome, dataset = self._add(run, form)
+                with transaction.atomic():  # a new dataset is kept only if the run goes in
+                    outcome, dataset = self._add(run, form)
                 ok = True
             except ServiceError as exc:
                 outcome = f"The run was not added: {exc.message}"

@@ -49,7 +49,7 @@ LEADERBOARD_SORT_LABELS = {
 
 def _page_number(request) -> str:
     value = request.GET.get("page", "1")
-    return value if value.isdigit() else "1"
+    return value if value.isdecimal() else "1"
 
 
 def _stat_text(stat: dict | None) -> str:
@@ -149,7 +149,7 @@ class ExperimentsPage(ProjectPage):
 
     def get(self, request, org_slug, project_slug):
         initial = {}
-        if request.GET.get("dataset", "").isdigit():
+        if request.GET.get("dataset", "").isdecimal():
             initial["dataset"] = int(request.GET["dataset"])
         return self._render(ExperimentStartForm(project=self.project, initial=initial))
 
@@ -436,7 +436,7 @@ class LeaderboardExport(LeaderboardPage):
 
 
 def _experiment_id(value: str | None) -> int | None:
-    return int(value) if value and value.isdigit() else None
+    return int(value) if value and value.isdecimal() else None
 
 
 class ComparePage(ProjectPage):

@@ -39,9 +39,9 @@ def _submit(tenant, backend, **fields):
 
 def _poll(tenant, job):
     with organization_scope(tenant.organization):
-        interval = job_poll(job_id=job.pk)
+        following = job_poll(job_id=job.pk)
         job.refresh_from_db()
-    return interval
+    return following[0] if following else None
 
 
 def _timeline(tenant, job):
@@ -96,8 +96,10 @@ def test_a_failing_job_keeps_its_exit_code(tenant, backend, scripted):
     _poll(tenant, job)
     _poll(tenant, job)
     assert job.status == "failed" and job.exit_code == 3 and job.error == "exit code 3"
-    # It ran and failed between two polls: the timeline still says it ran.
-    assert _timeline(tenant, job) == ["queued", "submitted", "running", "failed"]
+    # The backend gave no start time: it never ran (an image that would not pull), so
+    # the timeline says no "running" and nothing is charged.
+    assert _timeline(tenant, job) == ["queued", "submitted", "failed"]
+    assert job.cost is None and job.started_at is None
 
 
 def test_a_refused_submission_fails_the_job_and_a_flaky_one_is_retried(tenant, backend, scripted):
@@ -244,3 +246,77 @@ def test_a_job_whose_poll_was_lost_is_found_by_the_sweeper(tenant, backend, scri
     assert (tenant.organization.pk, job.pk) not in services.due_job_ids(overdue_seconds=20)
     _poll(tenant, job)
     assert job.status == "running"  # a new worker simply carries on from the stored state
+
+
+def test_a_job_that_ran_between_two_polls_still_shows_running(tenant, backend, scripted):
+    started = timezone.now().timestamp() - 30
+    scripted.reset(states=[RemoteStatus(state="succeeded", exit_code=0, started_at=started, ended_at=started + 20)])
+    job = _submit(tenant, backend)
+    _poll(tenant, job)
+    _poll(tenant, job)
+    assert _timeline(tenant, job) == ["queued", "submitted", "running", "succeeded"]
+    assert job.cost is not None and 19 < (job.ended_at - job.started_at).total_seconds() < 21
+
+
+def test_a_cancel_the_backend_refuses_is_tried_again(tenant, backend, scripted, monkeypatch):
+    job = _submit(tenant, backend)
+    _poll(tenant, job)
+    refusals = iter([BackendError("busy"), BackendError("busy"), None])
+
+    def cancel(self, external_id):
+        error = next(refusals)
+        if error:
+            raise error
+
+    monkeypatch.setattr(ScriptedBackend, "cancel", cancel)
+    with organization_scope(tenant.organization):
+        job_cancel(job=job, actor=tenant.member)
+        job_cancel(job=job, actor=tenant.member)  # a second click: no second request
+    assert _poll(tenant, job) == 2.0 and job.status == "submitted"
+    assert _poll(tenant, job) == 4.0 and job.status == "submitted"
+    assert _poll(tenant, job) is None and job.status == "cancelled"
+
+
+def test_a_backend_that_keeps_breaking_fails_the_job_in_the_end(tenant, backend, scripted, monkeypatch):
+    job = _submit(tenant, backend)
+    _poll(tenant, job)
+
+    def broken(self, external_id):
+        raise KeyError("a bug in a client library")
+
+    monkeypatch.setattr(ScriptedBackend, "status", broken)
+    for _ in range(services.MAX_FAILED_POLLS - 1):
+        assert _poll(tenant, job) is not None
+    assert _poll(tenant, job) is None
+    assert job.status == "failed" and "failed 8 times in a row: KeyError" in job.error
+
+
+def test_output_the_database_cannot_store_is_cleaned_not_fatal(tenant, backend, scripted):
+    scripted.reset(states=["running"], log_batches=[["a\x00b", "fine"]])
+    job = _submit(tenant, backend)
+    _poll(tenant, job)
+    _poll(tenant, job)
+    with organization_scope(tenant.organization):
+        assert list(JobLogLine.objects.filter(job=job).values_list("text", flat=True)) == ["ab", "fine"]
+    with pytest.raises(InvalidRequest, match="NUL"):
+        _submit(tenant, backend, command=["echo", "a\x00b"])
+    with pytest.raises(InvalidRequest, match="NUL"):
+        _submit(tenant, backend, env={"A": "x\x00"})
+
+
+def test_a_stale_poll_chain_stops_when_a_newer_one_took_over(tenant, backend, scripted):
+    job = _submit(tenant, backend)
+    with organization_scope(tenant.organization):
+        _, first_token = job_poll(job_id=job.pk)
+        _, second_token = job_poll(job_id=job.pk)  # a forced poll (cancel, sweeper): a new chain
+        assert job_poll(job_id=job.pk, token=first_token) is None  # the old chain stops
+        assert job_poll(job_id=job.pk, token=second_token) is not None
+
+
+def test_a_job_the_backend_never_starts_fails_at_its_time_limit(tenant, backend, scripted):
+    scripted.reset(states=["pending"])
+    job = _submit(tenant, backend, time_limit_seconds=60)
+    _poll(tenant, job)
+    Job.dangerously_unscoped_objects.filter(pk=job.pk).update(submitted_at=timezone.now() - timedelta(seconds=61))
+    _poll(tenant, job)
+    assert job.status == "failed" and "before the backend started it" in job.error and job.cost is None
