@@ -3,6 +3,7 @@ may change lives in the services, whose errors the views attach to these forms."
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, time, timedelta
 
 from django import forms
@@ -16,6 +17,22 @@ SCOPE_HELP = {
     "read": "read: read runs, evaluations and jobs",
     "execute": "execute: start replays, experiments and jobs",
 }
+
+
+def json_object(text: str, what: str) -> dict:
+    """A form field's text as a JSON object ({} when empty), or a ValidationError that
+    names the field (``what``, as it starts a sentence: "The settings", "Metadata"): the
+    one parser of the JSON textareas of every form."""
+    text = (text or "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise forms.ValidationError(f"This is not valid JSON: {exc}.") from None
+    if not isinstance(value, dict):
+        raise forms.ValidationError(f"{what} must be a JSON object.")
+    return value
 
 
 def assignable_roles(actor_role: str) -> list[tuple[str, str]]:

@@ -4,6 +4,7 @@ first, so a bad value is a clear 400 rather than a database error (a 500)."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 # numeric(18, 9): money columns hold less than a billion.
@@ -26,6 +27,14 @@ def storage_problem(value: Any) -> str:
     except UnicodeEncodeError:
         return "an unpaired UTF-16 surrogate cannot be stored"
     return ""
+
+
+def finite_number(value: int | float) -> bool:
+    """Whether a number is finite and a float can hold it (a huge integer cannot)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def storable(value: Any) -> Any:

@@ -30,6 +30,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
+from django.utils.text import slugify
 
 from agentops.scoping import organization_scope
 from evals import selectors
@@ -275,3 +276,31 @@ def streaming_response(request, lines: Iterable[str], *, organization, format: s
 def export_lines(rows: Iterable[dict], *, format: str, fieldnames: list[str]) -> Iterator[str]:
     """``rows`` written as ``format`` ("csv" or "jsonl")."""
     return write_csv(rows, fieldnames) if format == "csv" else write_jsonl(rows)
+
+
+def experiment_download(request, experiment: Experiment, *, format: str, organization):
+    """An experiment's results as a streamed ``format`` ("csv" or "jsonl") download."""
+    lines = export_lines(
+        experiment_results_rows(experiment), format=format, fieldnames=experiment_results_fieldnames(experiment)
+    )
+    return streaming_response(
+        request,
+        lines,
+        organization=organization,
+        format=format,
+        filename=f"experiment-{experiment.pk}-results.{format}",
+    )
+
+
+def leaderboard_download(request, dataset: Dataset, names: list[str], rows: list, *, format: str, organization):
+    """A leaderboard (``selectors.leaderboard``'s names and rows) as a streamed download."""
+    lines = export_lines(
+        leaderboard_rows(dataset, names, rows), format=format, fieldnames=leaderboard_fieldnames(names)
+    )
+    return streaming_response(
+        request,
+        lines,
+        organization=organization,
+        format=format,
+        filename=f"leaderboard-{slugify(dataset.name) or dataset.pk}.{format}",
+    )

@@ -6,12 +6,12 @@ the form."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from decimal import Decimal
 
 from django import forms
 
+from agentops.forms import json_object
 from evals.models import Dataset, Evaluator
 from jobs import hardware as catalog
 from jobs.models import ComputeBackend, Job, JobSecret
@@ -224,19 +224,6 @@ class SecretTextarea(forms.Textarea):
         return None
 
 
-def _json_object(text: str, what: str) -> dict:
-    text = (text or "").strip()
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise forms.ValidationError(f"The {what} is not valid JSON: {exc}.") from None
-    if not isinstance(value, dict):
-        raise forms.ValidationError(f'The {what} must be a JSON object: {{"name": value, ...}}.')
-    return value
-
-
 class BackendForm(forms.Form):
     name = forms.CharField(label="Name", max_length=64, widget=forms.TextInput(attrs={"placeholder": "gpu-box"}))
     kind = forms.ChoiceField(label="Kind", choices=ComputeBackend.Kind.choices)
@@ -255,10 +242,10 @@ class BackendForm(forms.Form):
     )
 
     def clean_config(self) -> dict:
-        return _json_object(self.cleaned_data["config"], "settings")
+        return json_object(self.cleaned_data["config"], "The settings")
 
     def clean_credentials(self) -> dict:
-        return _json_object(self.cleaned_data["credentials"], "credentials")
+        return json_object(self.cleaned_data["credentials"], "The credentials")
 
 
 class BackendUpdateForm(forms.Form):
@@ -275,11 +262,11 @@ class BackendUpdateForm(forms.Form):
     )
 
     def clean_config(self) -> dict:
-        return _json_object(self.cleaned_data["config"], "settings")
+        return json_object(self.cleaned_data["config"], "The settings")
 
     def clean_credentials(self) -> dict | None:
         text = self.cleaned_data["credentials"]
-        return None if not text.strip() else _json_object(text, "credentials")
+        return None if not text.strip() else json_object(text, "The credentials")
 
 
 class JobSecretForm(forms.Form):

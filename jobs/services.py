@@ -37,7 +37,7 @@ from agentops.jsonsafe import storable, storage_problem
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
 from jobs import hardware as catalog
-from jobs.backends import BackendError, JobNotFound, JobSpec, backend_for
+from jobs.backends import BackendError, JobNotFound, JobSpec, backend_class, backend_for
 from jobs.models import ComputeBackend, Job, JobEvent, JobLogLine, JobMetric, JobSecret
 
 logger = logging.getLogger(__name__)
@@ -65,9 +65,8 @@ ENDING = {"succeeded": Job.Status.SUCCEEDED, "failed": Job.Status.FAILED, "cance
 
 def _implementation(kind: str):
     """The backend class of ``kind`` (its static ``validate`` and ``hardware_map``)."""
-    probe = ComputeBackend(kind=kind, config={}, credentials_ciphertext="")
     try:
-        return type(backend_for(probe))
+        return backend_class(kind)
     except BackendError as exc:
         raise InvalidRequest(exc.message) from None
 

@@ -358,18 +358,8 @@ class ExperimentExportView(DownloadNegotiation, ExperimentsEndpoint):
     @extend_schema(parameters=[OpenApiParameter("format", str, enum=["csv", "jsonl"])], responses={200: bytes})
     def get(self, request, org_slug, project_slug, experiment_id):
         experiment = self.get_experiment()
-        file_format = _export_format(request)
-        lines = exports.export_lines(
-            exports.experiment_results_rows(experiment),
-            format=file_format,
-            fieldnames=exports.experiment_results_fieldnames(experiment),
-        )
-        return exports.streaming_response(
-            request,
-            lines,
-            organization=self.organization,
-            format=file_format,
-            filename=f"experiment-{experiment.pk}-results.{file_format}",
+        return exports.experiment_download(
+            request, experiment, format=_export_format(request), organization=self.organization
         )
 
 
@@ -406,18 +396,8 @@ class LeaderboardView(DownloadNegotiation, ExperimentsEndpoint):
         file_format = params.get("format", "json")
         if file_format == "json":
             return Response({"metrics": names, "rows": list(exports.leaderboard_rows(dataset, names, rows))})
-        file_format = _export_format(request)
-        lines = exports.export_lines(
-            exports.leaderboard_rows(dataset, names, rows),
-            format=file_format,
-            fieldnames=exports.leaderboard_fieldnames(names),
-        )
-        return exports.streaming_response(
-            request,
-            lines,
-            organization=self.organization,
-            format=file_format,
-            filename=f"leaderboard-{dataset.pk}.{file_format}",
+        return exports.leaderboard_download(
+            request, dataset, names, rows, format=_export_format(request), organization=self.organization
         )
 
 

@@ -31,7 +31,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agentops.errors import Conflict, InvalidRequest, NotFound
+from agentops.errors import Conflict, InvalidRequest
 from agentops.jsonsafe import MAX_BIGINT, MAX_MONEY, storage_problem
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
@@ -572,41 +572,45 @@ def summarize(specs: list[dict], results: list[dict], *, seed: int = 0) -> dict:
     }
 
 
-def experiment_cancel(*, experiment: Experiment, actor, ip: str | None = None) -> Experiment:
-    """Stop starting items and cancel the running ones; scored items are kept, items
-    never started stay pending and out of the numbers."""
+def _ask_to_end(experiment: Experiment, change, *, action: str = "", actor=None, ip: str | None = None):
+    """Lock an unfinished experiment, apply ``change`` (it sets fields and returns their
+    names), audit ``action`` if given, then advance it (it ends when nothing is in flight)."""
     with transaction.atomic():
         experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
         if experiment.ended:
             raise Conflict(f"the experiment already {experiment.status}")
-        experiment.cancel_requested = True
-        experiment.save(update_fields=["cancel_requested", "updated_at"])
-        audit_record(
-            organization=experiment.project.organization,
-            actor=actor,
-            action="experiment.cancel",
-            target=experiment,
-            ip=ip,
-        )
+        experiment.save(update_fields=[*change(experiment), "updated_at"])
+        if action:
+            audit_record(
+                organization=experiment.project.organization, actor=actor, action=action, target=experiment, ip=ip
+            )
     experiment_advance(experiment_id=experiment.pk)
     experiment.refresh_from_db()
     return experiment
+
+
+def experiment_cancel(*, experiment: Experiment, actor, ip: str | None = None) -> Experiment:
+    """Stop starting items and cancel the running ones; scored items are kept, items
+    never started stay pending and out of the numbers."""
+
+    def cancel(locked):
+        locked.cancel_requested = True
+        return ["cancel_requested"]
+
+    return _ask_to_end(experiment, cancel, action="experiment.cancel", actor=actor, ip=ip)
 
 
 def experiment_stop(*, experiment: Experiment, error: str) -> Experiment:
     """End an experiment as failed, keeping what was scored (its GPU job failed or was
     lost): like a cancel, with the reason."""
-    with transaction.atomic():
-        experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
-        if experiment.ended:
-            raise Conflict(f"the experiment already {experiment.status}")
-        experiment.cancel_requested = True
-        experiment.error = error[:5000]
-        experiment.metadata = {**experiment.metadata, "stop_status": Experiment.Status.FAILED}
-        experiment.save(update_fields=["cancel_requested", "error", "metadata", "updated_at"])
-    experiment_advance(experiment_id=experiment.pk)
-    experiment.refresh_from_db()
-    return experiment
+
+    def stop(locked):
+        locked.cancel_requested = True
+        locked.error = error[:5000]
+        locked.metadata = {**locked.metadata, "stop_status": Experiment.Status.FAILED}
+        return ["cancel_requested", "error", "metadata"]
+
+    return _ask_to_end(experiment, stop)
 
 
 # -- results reported from outside --------------------------------------------------------
@@ -759,22 +763,12 @@ def experiment_complete(*, experiment: Experiment, actor, ip: str | None = None)
     reported stay pending and out of the numbers (its ``completion`` says how many)."""
     if experiment.kind != Experiment.Kind.EXTERNAL:
         raise InvalidRequest("only external experiments are completed by their harness")
-    with transaction.atomic():
-        experiment = Experiment.objects.select_for_update().get(pk=experiment.pk)
-        if experiment.ended:
-            raise Conflict(f"the experiment already {experiment.status}")
-        experiment.metadata = {**experiment.metadata, "complete_requested": True}
-        experiment.save(update_fields=["metadata", "updated_at"])
-        audit_record(
-            organization=experiment.project.organization,
-            actor=actor,
-            action="experiment.complete",
-            target=experiment,
-            ip=ip,
-        )
-    experiment_advance(experiment_id=experiment.pk)
-    experiment.refresh_from_db()
-    return experiment
+
+    def complete(locked):
+        locked.metadata = {**locked.metadata, "complete_requested": True}
+        return ["metadata"]
+
+    return _ask_to_end(experiment, complete, action="experiment.complete", actor=actor, ip=ip)
 
 
 def experiment_run_here(*, experiment_id: int, max_rounds: int = 100_000) -> Experiment:
@@ -830,14 +824,3 @@ def stalled_work() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
             status=ExperimentResult.Status.SCORING, updated_at=timezone.now()
         )
     return experiments, results
-
-
-def get_experiment(*, project, experiment_id: int) -> Experiment:
-    experiment = (
-        Experiment.objects.select_related("dataset", "dataset_version", "agent_version__agent")
-        .filter(project=project, pk=experiment_id)
-        .first()
-    )
-    if experiment is None:
-        raise NotFound("experiment not found")
-    return experiment

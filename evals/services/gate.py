@@ -3,12 +3,12 @@ absolute or relative to a baseline experiment (by id, or the latest on a branch)
 
 from __future__ import annotations
 
-import math
 import operator
 from decimal import Decimal
 from typing import Any
 
 from agentops.errors import Conflict, InvalidRequest
+from agentops.jsonsafe import finite_number
 from evals.models import Experiment
 
 COMPARATORS = {
@@ -138,13 +138,6 @@ def gate_check(*, experiment: Experiment, conditions: list[dict], baseline: dict
     }
 
 
-def _finite(value: int | float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer too large for a float
-        return False
-
-
 def _parse(index: int, condition: Any) -> dict:
     where = f"conditions[{index}]"
     if not isinstance(condition, dict):
@@ -156,7 +149,7 @@ def _parse(index: int, condition: Any) -> dict:
     if comparator not in COMPARATORS:
         raise InvalidRequest(f"{where}.comparator must be one of {', '.join(COMPARATORS)} (or gte, gt, lte, lt, eq)")
     threshold = condition.get("threshold")
-    if not isinstance(threshold, int | float) or isinstance(threshold, bool) or not _finite(threshold):
+    if not isinstance(threshold, int | float) or isinstance(threshold, bool) or not finite_number(threshold):
         raise InvalidRequest(f"{where}.threshold must be a finite number")
     relative = condition.get("relative", False)
     if not isinstance(relative, bool):

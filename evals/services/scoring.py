@@ -30,7 +30,7 @@ import regex
 import requests
 
 from agentops.errors import InvalidRequest
-from agentops.jsonsafe import storable, storage_problem
+from agentops.jsonsafe import finite_number, storable, storage_problem
 from agentops.netguard import UnsafeUrlError, check_outbound_url
 
 logger = logging.getLogger(__name__)
@@ -382,14 +382,6 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _finite(value: int | float) -> bool:
-    """A finite number a float can hold (a huge integer is not)."""
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
 def _decimal(value: Any) -> Decimal | None:
     if value is None or isinstance(value, bool):
         return None
@@ -466,7 +458,7 @@ class _Config:
                 raise InvalidRequest(f"{self.kind} evaluators need {key}")
             return None
         kinds = int if whole else int | float
-        if isinstance(value, bool) or not isinstance(value, kinds) or not _finite(value):
+        if isinstance(value, bool) or not isinstance(value, kinds) or not finite_number(value):
             raise InvalidRequest(f"{key} must be a {'whole ' if whole else ''}number")
         if low is not None and value < low:
             raise InvalidRequest(f"{key} must be at least {low}")

@@ -21,6 +21,7 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, path, reverse
 
 from agentops.errors import NotFound, ServiceError
+from agentops.forms import json_object
 from agentops.pages import Need, ProjectPage
 from evals.models import Dataset, DatasetItem, DatasetVersion
 from evals.services import datasets as services
@@ -118,16 +119,7 @@ class ItemForm(forms.Form):
     )
 
     def clean_metadata(self) -> dict:
-        text = self.cleaned_data["metadata"].strip()
-        if not text:
-            return {}
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise forms.ValidationError("Metadata must be a JSON object.")
-        return value
+        return json_object(self.cleaned_data["metadata"], "Metadata")
 
     def item(self) -> dict:
         data = self.cleaned_data

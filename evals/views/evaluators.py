@@ -19,6 +19,7 @@ from django.shortcuts import redirect
 from django.urls import path
 
 from agentops.errors import ServiceError
+from agentops.forms import json_object
 from agentops.pages import Need, ProjectPage
 from evals.models import Evaluator
 from evals.services.evaluators import evaluator_archive, evaluator_create, evaluator_update
@@ -46,19 +47,6 @@ KIND_HELP = {
 
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
-
-
-def _json_object(text: str) -> dict:
-    text = (text or "").strip()
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise forms.ValidationError(f"This is not valid JSON: {exc}.") from None
-    if not isinstance(value, dict):
-        raise forms.ValidationError('The configuration must be a JSON object, such as {"field": "answer"}.')
-    return value
 
 
 def _json_or_text(text: str) -> Any:
@@ -103,7 +91,7 @@ class EvaluatorForm(forms.Form):
     )
 
     def clean_config(self) -> dict:
-        return _json_object(self.cleaned_data["config"])
+        return json_object(self.cleaned_data["config"], "The configuration")
 
 
 class EvaluatorEditForm(EvaluatorForm):

@@ -20,7 +20,6 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
-from django.utils.text import slugify
 
 from agentops.errors import ServiceError
 from agentops.pages import Need, ProjectPage
@@ -300,18 +299,8 @@ class ExperimentExport(ProjectPage):
 
     def get(self, request, org_slug, project_slug, experiment_id):
         experiment = selectors.experiment_detail(project=self.project, experiment_id=experiment_id)
-        file_format = _export_format(request)
-        lines = exports.export_lines(
-            exports.experiment_results_rows(experiment),
-            format=file_format,
-            fieldnames=exports.experiment_results_fieldnames(experiment),
-        )
-        return exports.streaming_response(
-            request,
-            lines,
-            organization=self.organization,
-            format=file_format,
-            filename=f"experiment-{experiment.pk}-results.{file_format}",
+        return exports.experiment_download(
+            request, experiment, format=_export_format(request), organization=self.organization
         )
 
 
@@ -364,18 +353,8 @@ class LeaderboardPage(ProjectPage):
         return {key: get.get(key, "").strip() for key in ("sort", "metric", "branch", "agent", "model")}
 
     def export(self, dataset: Dataset, names: list[str], rows: list) -> HttpResponse:
-        file_format = _export_format(self.request)
-        lines = exports.export_lines(
-            exports.leaderboard_rows(dataset, names, rows),
-            format=file_format,
-            fieldnames=exports.leaderboard_fieldnames(names),
-        )
-        return exports.streaming_response(
-            self.request,
-            lines,
-            organization=self.organization,
-            format=file_format,
-            filename=f"leaderboard-{slugify(dataset.name) or dataset.pk}.{file_format}",
+        return exports.leaderboard_download(
+            self.request, dataset, names, rows, format=_export_format(self.request), organization=self.organization
         )
 
     @staticmethod

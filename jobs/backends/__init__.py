@@ -6,20 +6,11 @@ from __future__ import annotations
 from jobs.backends.base import Backend, BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus  # noqa: F401
 
 
-def backend_for(compute_backend) -> Backend:
-    """The backend implementation of a ``jobs.models.ComputeBackend`` row, with its
-    credentials decrypted (for the code that calls the backend only)."""
-    import json
-
-    from agentops import crypto
+def backend_class(kind: str) -> type[Backend]:
+    """The implementation of a backend ``kind`` (its static ``validate`` and
+    ``hardware_map`` too). SDKs are imported by each module only when it calls them."""
     from jobs.models import ComputeBackend
 
-    credentials = (
-        json.loads(crypto.decrypt(compute_backend.credentials_ciphertext))
-        if (compute_backend.credentials_ciphertext)
-        else {}
-    )
-    kind = compute_backend.kind
     if kind == ComputeBackend.Kind.LOCAL:
         from jobs.backends.local import LocalBackend as implementation
     elif kind == ComputeBackend.Kind.RAY:
@@ -32,4 +23,17 @@ def backend_for(compute_backend) -> Backend:
         from jobs.backends.modal import ModalBackend as implementation
     else:
         raise BackendError(f"unknown backend kind {kind!r}")
+    return implementation
+
+
+def backend_for(compute_backend) -> Backend:
+    """The backend implementation of a ``jobs.models.ComputeBackend`` row, with its
+    credentials decrypted (for the code that calls the backend only)."""
+    import json
+
+    from agentops import crypto
+
+    ciphertext = compute_backend.credentials_ciphertext
+    credentials = json.loads(crypto.decrypt(ciphertext)) if ciphertext else {}
+    implementation = backend_class(compute_backend.kind)
     return implementation(config=dict(compute_backend.config or {}), credentials=credentials)

@@ -19,6 +19,7 @@ from tests.jobs.helpers import ScriptedBackend, make_backend
 def scripted(monkeypatch):
     ScriptedBackend.reset()
     monkeypatch.setattr(services, "backend_for", lambda backend: ScriptedBackend(config={}, credentials={}))
+    monkeypatch.setattr(services, "backend_class", lambda kind: ScriptedBackend)
     return ScriptedBackend
 
 

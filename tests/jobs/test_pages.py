@@ -40,6 +40,7 @@ def text(response) -> str:
 def scripted(monkeypatch):
     ScriptedBackend.reset()
     monkeypatch.setattr(services, "backend_for", lambda backend: ScriptedBackend(config={}, credentials={}))
+    monkeypatch.setattr(services, "backend_class", lambda kind: ScriptedBackend)
     return ScriptedBackend
 
 
