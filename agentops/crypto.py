@@ -1,8 +1,13 @@
-"""Encryption at rest for provider secrets (MultiFernet over ``ENCRYPTION_KEYS``).
+"""Encryption at rest for every stored secret (MultiFernet over ``ENCRYPTION_KEYS``).
 
 The first key encrypts; every key decrypts, so a new key is added in front, the
 ``rotate_encryption_keys`` command re-encrypts every ciphertext with it, and the old
 key can then be removed.
+
+Every column that holds a ciphertext is an ``EncryptedTextField``: that is the one
+registry of encrypted data (``encrypted_fields()``), which key rotation walks. A column
+encrypted with ``encrypt()`` but declared as a plain ``TextField`` would be skipped by
+rotation and lost with the old key; tests/agentops/test_crypto.py fails when one exists.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import models
 
 
 class DecryptionError(RuntimeError):
@@ -38,6 +44,15 @@ def decrypt(ciphertext: str) -> str:
         raise DecryptionError("no configured encryption key decrypts this secret") from exc
 
 
+def is_current(ciphertext: str) -> bool:
+    """Whether the newest key (the first) decrypts ``ciphertext``: rotation leaves it as is."""
+    try:
+        Fernet(settings.ENCRYPTION_KEYS[0].encode()).decrypt(ciphertext.encode())
+    except InvalidToken:
+        return False
+    return True
+
+
 def rotate(ciphertext: str) -> str:
     """Re-encrypt ``ciphertext`` with the newest key."""
     try:
@@ -48,3 +63,31 @@ def rotate(ciphertext: str) -> str:
 
 def generate_key() -> str:
     return Fernet.generate_key().decode()
+
+
+class EncryptedTextField(models.TextField):
+    """A text column holding a ciphertext made by ``encrypt()``.
+
+    Code still encrypts and decrypts explicitly (a secret is decrypted only by the code
+    that sends it); the type marks the column so that key rotation finds it. It is stored
+    as plain text, so migrations see a ``TextField``: marking a column changes no schema
+    and adds no migration.
+    """
+
+    def deconstruct(self):
+        name, _path, args, kwargs = super().deconstruct()
+        return name, "django.db.models.TextField", args, kwargs
+
+
+def encrypted_fields() -> list[tuple[type[models.Model], tuple[str, ...]]]:
+    """Every model with encrypted columns, and those columns' names: the registry key
+    rotation walks. Read from the installed models, so a new ``EncryptedTextField`` is in
+    it without being listed anywhere else (and the core app imports no higher app)."""
+    from django.apps import apps
+
+    registry = []
+    for model in apps.get_models():
+        names = tuple(field.name for field in model._meta.concrete_fields if isinstance(field, EncryptedTextField))
+        if names:
+            registry.append((model, names))
+    return sorted(registry, key=lambda entry: entry[0]._meta.db_table)

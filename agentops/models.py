@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+from agentops.crypto import EncryptedTextField
 from agentops.roles import Role
 from agentops.scoping import TenantModel
 
@@ -139,7 +140,7 @@ class ProviderSecret(TenantModel):
         WANDB = "wandb", "Weights & Biases"
 
     provider = models.CharField(max_length=32, choices=Provider.choices)
-    api_key_ciphertext = models.TextField()
+    api_key_ciphertext = EncryptedTextField()
     api_key_hint = models.CharField(max_length=8, help_text="Last characters of the key, to recognise it.")
     base_url = models.URLField(blank=True)
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")

@@ -72,7 +72,7 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 
-# --- Encryption of provider secrets (MultiFernet: the first key encrypts, all decrypt).
+# --- Encryption of stored secrets (MultiFernet: the first key encrypts, all decrypt).
 ENCRYPTION_KEYS = env_list("ENCRYPTION_KEYS")
 if not ENCRYPTION_KEYS:
     if not DEBUG:

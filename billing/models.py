@@ -21,6 +21,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.utils import timezone
 
+from agentops.crypto import EncryptedTextField
 from agentops.scoping import TenantModel
 
 MONEY = {"max_digits": 18, "decimal_places": 9}
@@ -210,7 +211,7 @@ class Budget(TenantModel):
         default=False, help_text="Block new executed runs, replays, experiments and jobs once reached."
     )
     notify_emails = ArrayField(models.EmailField(), default=list, blank=True)
-    webhook_ciphertext = models.TextField(blank=True, help_text="Slack-compatible webhook URL, encrypted at rest.")
+    webhook_ciphertext = EncryptedTextField(blank=True, help_text="Slack-compatible webhook URL, encrypted at rest.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

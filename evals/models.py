@@ -15,6 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from agentops.crypto import EncryptedTextField
 from agentops.scoping import TenantManager, TenantModel, TenantQuerySet
 
 MONEY = {"max_digits": 18, "decimal_places": 9}
@@ -119,7 +120,7 @@ class Evaluator(TenantModel):
     description = models.TextField(blank=True)
     config = models.JSONField(default=dict, blank=True)
     pass_threshold = models.FloatField(default=0.5, help_text="A score at or above it passes.")
-    secret_ciphertext = models.TextField(blank=True, help_text="Webhook signing secret, encrypted at rest.")
+    secret_ciphertext = EncryptedTextField(blank=True, help_text="Webhook signing secret, encrypted at rest.")
     archived = models.BooleanField(default=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)

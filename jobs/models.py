@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from agentops.crypto import EncryptedTextField
 from agentops.scoping import TenantModel
 
 MONEY = {"max_digits": 18, "decimal_places": 9}
@@ -35,7 +36,7 @@ class ComputeBackend(TenantModel):
     config = models.JSONField(
         default=dict, blank=True, help_text="Non-secret settings: address, namespace, base URL, app name..."
     )
-    credentials_ciphertext = models.TextField(blank=True, help_text="Encrypted JSON of the backend's credentials.")
+    credentials_ciphertext = EncryptedTextField(blank=True, help_text="Encrypted JSON of the backend's credentials.")
     credentials_hint = models.CharField(max_length=64, blank=True)
     enabled = models.BooleanField(default=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -55,7 +56,7 @@ class JobSecret(TenantModel):
     encrypted at rest, never shown again once saved."""
 
     name = models.CharField(max_length=128, help_text="The environment variable's name.")
-    value_ciphertext = models.TextField()
+    value_ciphertext = EncryptedTextField()
     hint = models.CharField(max_length=8, blank=True)
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)

@@ -10,6 +10,7 @@ from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.utils import timezone
 
+from agentops.crypto import EncryptedTextField
 from agentops.scoping import TenantModel
 from runs.fields import PayloadJSONField
 
@@ -315,7 +316,7 @@ class WebhookTool(TenantModel):
     description = models.TextField(blank=True)
     parameters = models.JSONField(default=dict, help_text="JSON schema of the arguments (an object schema).")
     url = models.URLField(max_length=500)
-    secret_ciphertext = models.TextField(help_text="The HMAC signing secret, encrypted at rest.")
+    secret_ciphertext = EncryptedTextField(help_text="The HMAC signing secret, encrypted at rest.")
     timeout_seconds = models.FloatField(default=10.0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)

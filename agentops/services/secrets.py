@@ -9,7 +9,6 @@ from agentops import crypto
 from agentops.errors import InvalidRequest, NotFound
 from agentops.models import Organization, ProviderSecret
 from agentops.netguard import UnsafeUrlError, check_outbound_url
-from agentops.scoping import dangerously_unscoped
 from agentops.services.audit import audit_record
 
 
@@ -79,14 +78,3 @@ def provider_credentials(*, organization: Organization, provider: str) -> tuple[
     if secret.base_url:
         check_outbound_url(secret.base_url)
     return crypto.decrypt(secret.api_key_ciphertext), secret.base_url
-
-
-def rotate_encryption() -> int:
-    """Re-encrypt every stored secret with the newest key; return how many."""
-    count = 0
-    with dangerously_unscoped("key rotation re-encrypts every organization's secrets"), transaction.atomic():
-        for secret in ProviderSecret.objects.select_for_update():
-            secret.api_key_ciphertext = crypto.rotate(secret.api_key_ciphertext)
-            secret.save(update_fields=["api_key_ciphertext"])
-            count += 1
-    return count
