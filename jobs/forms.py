@@ -257,7 +257,10 @@ class BackendUpdateForm(forms.Form):
     credentials = forms.CharField(
         label="Replace credentials (JSON)",
         required=False,
-        help_text="Blank keeps the saved credentials; {} removes them.",
+        help_text=(
+            "Blank keeps the saved credentials; {} removes them. Changing where they go (the host, "
+            "endpoint or address) or turning off verify_ssl needs them again here."
+        ),
         widget=SecretTextarea(attrs={"rows": 3, "spellcheck": "false", "class": "mono", "autocomplete": "off"}),
     )
 

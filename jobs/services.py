@@ -32,6 +32,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops import crypto
+from agentops.destinations import check_credential_destination
 from agentops.errors import Conflict, InvalidRequest, NotFound
 from agentops.jsonsafe import storable, storage_problem
 from agentops.services.audit import audit_record
@@ -120,12 +121,24 @@ def backend_create(*, organization, actor, name: str, kind: str, config=None, cr
 
 def backend_update(*, backend: ComputeBackend, actor, config=None, credentials=None, enabled=None, ip=None):
     """Change a backend's settings, replace its credentials (None keeps them), or turn
-    it off (its running jobs go on; no new ones)."""
+    it off (its running jobs go on; no new ones). Saved credentials are kept only where
+    they went before: changing the address they go to needs them again."""
     new_config = dict(backend.config) if config is None else dict(config)
     current = json.loads(crypto.decrypt(backend.credentials_ciphertext)) if backend.credentials_ciphertext else {}
     new_credentials = current if credentials is None else dict(credentials)
     _check_storable(new_config, new_credentials)
-    new_config, new_credentials = _implementation(backend.kind).validate(new_config, new_credentials)
+    implementation = _implementation(backend.kind)
+    new_config, new_credentials = implementation.validate(new_config, new_credentials)
+    # The local backend has no credentials, hence no destination.
+    destination = getattr(implementation, "credential_destination", None)
+    if destination is not None:
+        check_credential_destination(
+            before=destination(backend.config or {}),
+            after=destination(new_config),
+            stored=bool(backend.credentials_ciphertext),
+            supplied=credentials is not None,
+            credential=implementation.credential_label,
+        )
     with transaction.atomic():
         backend.config = new_config
         if credentials is not None:

@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agentops import crypto
+from agentops.destinations import Destination, check_credential_destination
 from agentops.errors import Conflict, InvalidRequest
 from agentops.models import ApiKey
 from agentops.services.audit import audit_record
@@ -131,7 +132,8 @@ def evaluator_update(
     """Change an evaluator; fields left None keep their value, and a given ``config``
     replaces the whole configuration. The kind never changes (a metric keeps its
     meaning across experiments: create another evaluator instead). Experiments already
-    started keep the evaluator as it was."""
+    started keep the evaluator as it was. A webhook's signing secret stays with its URL:
+    a new URL needs the secret again."""
     if kind is not None and kind != evaluator.kind:
         raise InvalidRequest("an evaluator's kind cannot change (its scores would mean something else): create another")
     changes: dict[str, Any] = {}
@@ -152,6 +154,14 @@ def evaluator_update(
     try:
         with transaction.atomic():
             locked = Evaluator.objects.select_for_update().get(pk=evaluator.pk)
+            if locked.kind == Evaluator.Kind.WEBHOOK and "config" in changes:
+                check_credential_destination(
+                    before=Destination(addresses={"url": locked.config.get("url")}),
+                    after=Destination(addresses={"url": changes["config"].get("url")}),
+                    stored=bool(locked.secret_ciphertext),
+                    supplied="secret_ciphertext" in changes,
+                    credential="the signing secret (secret)",
+                )
             for field, value in changes.items():
                 setattr(locked, field, value)
             locked.updated_at = timezone.now()

@@ -100,7 +100,7 @@ class EvaluatorEditForm(EvaluatorForm):
         required=False,
         max_length=200,
         widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off"}),
-        help_text="Webhook only. Empty keeps the current secret.",
+        help_text="Webhook only. Empty keeps the current secret; a new URL needs the secret again here.",
     )
 
     def __init__(self, *args, **kwargs):

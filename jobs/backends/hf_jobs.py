@@ -32,6 +32,7 @@ import httpx2
 from huggingface_hub import HfApi, set_client_factory
 from huggingface_hub.errors import HfHubHTTPError, JobNotFoundError
 
+from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
 from agentops.netguard import UnsafeUrlError, check_outbound_url
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
@@ -103,6 +104,13 @@ class HfJobsBackend:
         self.endpoint = str(config.get("endpoint") or DEFAULT_ENDPOINT).rstrip("/")
         self.namespace = str(config.get("namespace") or "")
         self._token = str(credentials.get("token") or "")
+
+    credential_label = "the token (credentials.token)"
+
+    @staticmethod
+    def credential_destination(config: dict) -> Destination:
+        """Where the token goes: the Hub's endpoint."""
+        return Destination(addresses={"endpoint": config.get("endpoint") or DEFAULT_ENDPOINT})
 
     @staticmethod
     def validate(config: dict, credentials: dict) -> tuple[dict, dict]:

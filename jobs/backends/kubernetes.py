@@ -49,6 +49,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
 from agentops.netguard import UnsafeUrlError, check_outbound_url
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
@@ -122,6 +123,15 @@ class KubernetesBackend:
         self.gpu_products = config.get("gpu_products")
         self._token = str(credentials.get("token") or "")
         self._ca_cert = str(credentials.get("ca_cert") or "")
+
+    credential_label = "the token (credentials.token)"
+
+    @staticmethod
+    def credential_destination(config: dict) -> Destination:
+        """Where the token goes: the API server, and whether its certificate is checked."""
+        return Destination(
+            addresses={"host": config.get("host")}, checks={"verify_ssl": bool(config.get("verify_ssl", True))}
+        )
 
     @staticmethod
     def validate(config: dict, credentials: dict) -> tuple[dict, dict]:

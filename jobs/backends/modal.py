@@ -15,6 +15,7 @@ import contextlib
 import re
 from datetime import UTC, datetime, timedelta
 
+from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
 
@@ -70,6 +71,13 @@ class ModalBackend:
         self.environment = config.get("environment") or None
         self.token_id = credentials.get("token_id", "")
         self.token_secret = credentials.get("token_secret", "")
+
+    credential_label = "the token (credentials.token_id and token_secret)"
+
+    @staticmethod
+    def credential_destination(config: dict) -> Destination:
+        """Modal's servers are fixed by its client: no setting moves the token."""
+        return Destination()
 
     @staticmethod
     def validate(config: dict, credentials: dict) -> tuple[dict, dict]:

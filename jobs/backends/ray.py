@@ -19,6 +19,7 @@ import os
 import secrets
 import shlex
 
+from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
 from agentops.netguard import UnsafeUrlError, check_outbound_url
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
@@ -154,6 +155,13 @@ class RayBackend:
         self.address = str(config.get("address", "")).rstrip("/")
         self.headers = dict(credentials.get("headers") or {})
         self._client = None
+
+    credential_label = "the headers (credentials.headers)"
+
+    @staticmethod
+    def credential_destination(config: dict) -> Destination:
+        """Where the headers go: the Jobs API address."""
+        return Destination(addresses={"address": config.get("address")})
 
     @staticmethod
     def validate(config: dict, credentials: dict) -> tuple[dict, dict]:

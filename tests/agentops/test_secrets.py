@@ -80,3 +80,14 @@ def test_rotation_reencrypts_every_secret_with_the_newest_key(tenant, other_tena
     settings.ENCRYPTION_KEYS = [old_key]
     with pytest.raises(crypto.DecryptionError):
         crypto.decrypt(secrets[0].api_key_ciphertext)
+
+
+def test_a_new_base_url_needs_the_key_again(tenant, client_for):
+    """Provider and W&B credentials are saved whole: the key goes with every base URL."""
+    client = client_for(tenant.admin)
+    for provider in ("mistral", "wandb"):
+        assert client.put(_url(tenant, provider), {"api_key": PLAINTEXT}, format="json").status_code == 200
+        moved = client.put(_url(tenant, provider), {"base_url": "http://127.0.0.1:10/steal"}, format="json")
+        assert moved.status_code == 400 and "api_key" in moved.content.decode()
+        with organization_scope(tenant.organization):
+            assert provider_credentials(organization=tenant.organization, provider=provider) == (PLAINTEXT, "")

@@ -198,3 +198,38 @@ class TestEvaluatorIsolation(TenantIsolationChecks):
 
 class TestEvaluatorIsolationWithApiKey(TestEvaluatorIsolation):
     as_key = True
+
+
+def test_a_webhooks_signing_secret_does_not_follow_a_new_url_unless_given_again(tenant, client_for):
+    client = client_for(tenant.member)
+    created = client.post(
+        f"{BASE}/evaluators/",
+        {"name": "policy", "kind": "webhook", "config": {"url": "http://127.0.0.1:9/score"}},
+        format="json",
+    ).json()
+    url = f"{BASE}/evaluators/{created['id']}/"
+
+    moved = client.patch(url, {"config": {"url": "http://127.0.0.1:10/steal"}}, format="json")
+
+    assert moved.status_code == 400
+    assert moved.json()["error"]["message"].startswith(
+        "changing url requires re-entering the signing secret (secret) in the same request"
+    )
+    with organization_scope(tenant.organization):
+        stored = Evaluator.objects.get(pk=created["id"])
+    assert stored.config["url"] == "http://127.0.0.1:9/score"
+    assert crypto.decrypt(stored.secret_ciphertext) == created["secret"]
+    # The timeout changes alone; the URL with a secret in the same request.
+    assert (
+        client.patch(
+            url, {"config": {"url": "http://127.0.0.1:9/score", "timeout_seconds": 5}}, format="json"
+        ).status_code
+        == 200
+    )
+    resent = client.patch(
+        url, {"config": {"url": "http://127.0.0.1:10/new"}, "secret": "whsec_a-new-secret-of-32-chars"}, format="json"
+    )
+    assert resent.status_code == 200, resent.content
+    stored.refresh_from_db()
+    assert stored.config["url"] == "http://127.0.0.1:10/new"
+    assert crypto.decrypt(stored.secret_ciphertext) == "whsec_a-new-secret-of-32-chars"

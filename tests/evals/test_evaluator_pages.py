@@ -157,6 +157,23 @@ def test_a_webhook_evaluators_secret_is_shown_once(signed_in, tenant):
     assert secret not in detail and 'id="webhook-signature"' in detail and "X-AgentOps-Signature" in detail
 
 
+def test_the_edit_form_refuses_a_new_webhook_url_without_the_secret(signed_in, tenant):
+    client = signed_in(tenant.member)
+    client.post(f"{BASE}/", new_evaluator_form(name="policy", kind="webhook", config='{"url": "http://127.0.0.1:9/a"}'))
+    with organization_scope(tenant.organization):
+        evaluator = Evaluator.objects.get(project=tenant.project, name="policy")
+    form = {"name": "policy", "config": '{"url": "http://127.0.0.1:10/b"}', "threshold": "0.5", "description": ""}
+
+    refused = client.post(f"{BASE}/{evaluator.pk}/edit/", {**form, "secret": ""})
+    evaluator.refresh_from_db()
+    assert refused.status_code == 400
+    assert "changing url requires re-entering the signing secret" in " ".join(text(refused).split()).lower()
+    assert evaluator.config["url"] == "http://127.0.0.1:9/a"
+    accepted = client.post(f"{BASE}/{evaluator.pk}/edit/", {**form, "secret": "whsec_typed-again-0123456789"})
+    evaluator.refresh_from_db()
+    assert accepted.status_code == 302 and evaluator.config["url"] == "http://127.0.0.1:10/b"
+
+
 def test_other_organizations_evaluator_pages_are_not_found(signed_in, tenant, other_tenant):
     foreign = make_evaluator(other_tenant.project, "correctness", "exact_match")
     client = signed_in(tenant.owner)

@@ -217,3 +217,119 @@ def test_another_tenant_sees_nothing(tenant, other_tenant, backend, client_for):
     assert outsider.get(base + "compute-backends/").status_code == 404
     with organization_scope(tenant.organization):
         assert JobLogLine.objects.count() == 0
+
+
+# -- a stored credential stays with its destination ----------------------------------------------
+
+
+@pytest.fixture
+def real_backends(monkeypatch):
+    """The real backend classes (their validate and credential destination)."""
+    from jobs.backends import backend_class
+
+    monkeypatch.setattr(services, "backend_class", backend_class)
+
+
+MOVES = [
+    # kind, saved config, credentials, a change that moves the credential, the setting named
+    (
+        "kubernetes",
+        {"host": "https://k8s.acme.example", "namespace": "ml"},
+        {"token": "k8s-stored-token"},
+        {"host": "https://k8s.evil.example", "namespace": "ml"},
+        "changing host",
+    ),
+    (
+        "kubernetes",
+        {"host": "https://k8s.acme.example", "namespace": "ml"},
+        {"token": "k8s-stored-token"},
+        {"host": "https://k8s.acme.example", "namespace": "ml", "verify_ssl": False},
+        "turning off verify_ssl",
+    ),
+    (
+        "hf_jobs",
+        {"namespace": "acme"},
+        {"token": "hf_stored_token"},
+        {"namespace": "acme", "endpoint": "https://hub.evil.example"},
+        "changing endpoint",
+    ),
+    (
+        "ray",
+        {"address": "https://ray.acme.example:8265"},
+        {"headers": {"Authorization": "Bearer ray-stored-token"}},
+        {"address": "https://ray.evil.example:8265"},
+        "changing address",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "config", "credentials", "moved", "setting"), MOVES)
+def test_moving_a_backends_credentials_elsewhere_needs_them_again(
+    tenant, client_for, real_backends, kind, config, credentials, moved, setting
+):
+    base = f"/api/v1/organizations/{tenant.organization.slug}/compute-backends/"
+    admin = client_for(tenant.admin)
+    created = admin.post(
+        base, {"name": "remote", "kind": kind, "config": config, "credentials": credentials}, format="json"
+    )
+    assert created.status_code == 201, created.content
+    url = f"{base}{created.json()['id']}/"
+    with organization_scope(tenant.organization):
+        before = ComputeBackend.objects.values("config", "credentials_ciphertext").get(name="remote")
+
+    refused = admin.patch(url, {"config": moved}, format="json")
+
+    assert refused.status_code == 400
+    message = refused.json()["error"]["message"]
+    assert message.startswith(f"{setting} requires re-entering the ") and "in the same request" in message
+    with organization_scope(tenant.organization):
+        assert ComputeBackend.objects.values("config", "credentials_ciphertext").get(name="remote") == before
+    # With the credentials in the same request, the change is made.
+    accepted = admin.patch(url, {"config": moved, "credentials": credentials}, format="json")
+    assert accepted.status_code == 200, accepted.content
+    with organization_scope(tenant.organization):
+        assert ComputeBackend.objects.get(name="remote").config == {**before["config"], **moved}
+
+
+def test_settings_that_do_not_move_the_token_change_without_it(tenant, client_for, real_backends):
+    base = f"/api/v1/organizations/{tenant.organization.slug}/compute-backends/"
+    admin = client_for(tenant.admin)
+    created = admin.post(
+        base,
+        {
+            "name": "cluster",
+            "kind": "kubernetes",
+            "config": {"host": "https://k8s.acme.example", "verify_ssl": False},
+            "credentials": {"token": "k8s-stored-token"},
+        },
+        format="json",
+    )
+    url = f"{base}{created.json()['id']}/"
+    # Another namespace on the same server, and the certificate check turned back on.
+    changed = admin.patch(
+        url, {"config": {"host": "https://k8s.acme.example", "namespace": "ml", "verify_ssl": True}}, format="json"
+    )
+    assert changed.status_code == 200, changed.content
+    assert admin.patch(url, {"enabled": False}, format="json").status_code == 200
+    from jobs.backends import backend_for
+
+    with organization_scope(tenant.organization):
+        saved = backend_for(ComputeBackend.objects.get(name="cluster"))
+    assert (saved.host, saved.namespace, saved.verify_ssl, saved._token) == (
+        "https://k8s.acme.example",
+        "ml",
+        True,
+        "k8s-stored-token",
+    )
+
+
+def test_a_backend_without_saved_credentials_may_move(tenant, client_for, real_backends):
+    base = f"/api/v1/organizations/{tenant.organization.slug}/compute-backends/"
+    admin = client_for(tenant.admin)
+    created = admin.post(
+        base, {"name": "open-ray", "kind": "ray", "config": {"address": "https://ray.acme.example:8265"}}, format="json"
+    )
+    moved = admin.patch(
+        f"{base}{created.json()['id']}/", {"config": {"address": "https://ray2.acme.example:8265"}}, format="json"
+    )
+    assert moved.status_code == 200, moved.content

@@ -588,6 +588,43 @@ def test_an_admin_turns_a_backend_off_and_on_and_edits_it(signed_in, tenant, bac
     assert f'id="backend-{backend.pk}-edit" open' in text(broken)
 
 
+def test_the_edit_form_refuses_to_move_a_saved_token_to_another_host(signed_in, tenant, monkeypatch):
+    from jobs.backends import backend_class
+
+    monkeypatch.setattr(services, "backend_class", backend_class)  # the real Kubernetes settings
+    with organization_scope(tenant.organization):
+        cluster = services.backend_create(
+            organization=tenant.organization,
+            actor=tenant.admin,
+            name="cluster",
+            kind="kubernetes",
+            config={"host": "https://k8s.acme.example"},
+            credentials={"token": "k8s-stored-token"},
+        )
+    client = signed_in(tenant.admin)
+    field = f"backend-{cluster.pk}"
+
+    moved = client.post(
+        f"{COMPUTE}/backends/{cluster.pk}/",
+        {f"{field}-config": '{"host": "https://k8s.evil.example", "verify_ssl": false}', f"{field}-credentials": ""},
+    )
+    cluster.refresh_from_db()
+    assert moved.status_code == 400
+    shown = " ".join(html.unescape(text(moved)).split())
+    assert "Changing host and turning off verify_ssl requires re-entering the token" in shown
+    assert cluster.config["host"] == "https://k8s.acme.example" and cluster.config["verify_ssl"] is True
+    resent = client.post(
+        f"{COMPUTE}/backends/{cluster.pk}/",
+        {
+            f"{field}-config": '{"host": "https://k8s.evil.example", "verify_ssl": false}',
+            f"{field}-credentials": '{"token": "k8s-new-token"}',
+        },
+    )
+    cluster.refresh_from_db()
+    assert resent.status_code == 302 and cluster.config["host"] == "https://k8s.evil.example"
+    assert json.loads(crypto.decrypt(cluster.credentials_ciphertext)) == {"token": "k8s-new-token"}
+
+
 def test_another_organizations_backend_cannot_be_changed(signed_in, tenant, other_tenant):
     foreign = make_backend(other_tenant.organization, name="globex-box")
     client = signed_in(tenant.owner)
