@@ -30,12 +30,18 @@ class MistralProvider:
     name = "mistral_ai"
 
     def __init__(self, *, api_key: str, base_url: str = "", retry_max_elapsed_ms: int = RETRY_MAX_ELAPSED_MS):
+        import httpx2
         from mistralai.client import Mistral
         from mistralai.client.utils import BackoffStrategy, RetryConfig
 
         self.client = Mistral(
             api_key=api_key,
             server_url=base_url or None,
+            # The SDK's own clients follow redirects: a base URL that redirects would send
+            # the conversation (and, to the same host, the key) to an address the outbound
+            # URL check never saw. Timeouts are passed per call, as with the SDK's clients.
+            client=httpx2.Client(follow_redirects=False),
+            async_client=httpx2.AsyncClient(follow_redirects=False),
             retry_config=RetryConfig(
                 "backoff",
                 BackoffStrategy(RETRY_INITIAL_MS, RETRY_MAX_INTERVAL_MS, RETRY_EXPONENT, retry_max_elapsed_ms),

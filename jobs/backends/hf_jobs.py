@@ -63,16 +63,46 @@ _client_configured = False
 
 
 def _bounded_client_factory() -> httpx2.Client:
-    # The library's default client, with a timeout instead of none.
+    # The library's default client, with a timeout instead of none, and no redirects:
+    # every request carries the organization's token (and run_job the job's secrets),
+    # and a redirect would take them to an address the outbound URL check never saw.
+    # (This backend is the platform's only user of huggingface_hub: no download relies
+    # on the redirects the library follows by default.)
     from huggingface_hub.utils._http import default_client_factory
 
     client = default_client_factory()
     client.timeout = httpx2.Timeout(REQUEST_TIMEOUT_SECONDS)
+    client.follow_redirects = False
+    # huggingface_hub takes a redirect it did not follow for a success: refuse it here.
+    client.event_hooks = {**client.event_hooks, "response": [*client.event_hooks["response"], _refuse_redirect]}
     return client
 
 
+class RedirectRefused(httpx2.HTTPError):
+    """The Hub answered a redirect, which is never followed."""
+
+    def __init__(self, status: int):
+        super().__init__(f"redirect ({status})")
+        self.status = status
+
+
+def _refuse_redirect(response: httpx2.Response) -> None:
+    if response.is_redirect:
+        raise RedirectRefused(response.status_code)
+
+
+def _unreachable(exc: httpx2.HTTPError) -> BackendError:
+    """The BackendError of a call that got no usable answer."""
+    if isinstance(exc, RedirectRefused):
+        return BackendError(
+            f"Hugging Face answered a redirect ({exc.status}), which is not followed: check the endpoint"
+        )
+    return BackendError(f"Hugging Face could not be reached: {type(exc).__name__}", retryable=True)
+
+
 def _configure_client() -> None:
-    """Give huggingface_hub's process-wide client a timeout, once per process."""
+    """Give huggingface_hub's process-wide client a timeout and no redirects, once per
+    process."""
     global _client_configured
     with _client_lock:
         if not _client_configured:
@@ -177,7 +207,7 @@ class HfJobsBackend:
         except HfHubHTTPError as exc:
             raise self._error("submitting the job", exc, secrets) from None
         except httpx2.HTTPError as exc:
-            raise BackendError(f"Hugging Face could not be reached: {type(exc).__name__}", retryable=True) from None
+            raise _unreachable(exc) from None
         return f"{namespace}/{info.id}"
 
     def status(self, external_id: str) -> RemoteStatus:
@@ -190,7 +220,7 @@ class HfJobsBackend:
         except HfHubHTTPError as exc:
             raise self._error("reading the job", exc) from None
         except httpx2.HTTPError as exc:
-            raise BackendError(f"Hugging Face could not be reached: {type(exc).__name__}", retryable=True) from None
+            raise _unreachable(exc) from None
         stage = _stage(info)
         message = info.status.message or ""
         state = STAGES.get(stage)
@@ -229,7 +259,7 @@ class HfJobsBackend:
         except httpx2.HTTPError as exc:
             # The stream broke half-way: keep what arrived, the rest comes next time.
             if count <= seen:
-                raise BackendError(f"Hugging Face could not be reached: {type(exc).__name__}", retryable=True) from None
+                raise _unreachable(exc) from None
         return LogChunk(lines=lines, cursor={"lines": max(seen, count)})
 
     def cancel(self, external_id: str) -> None:
@@ -249,7 +279,7 @@ class HfJobsBackend:
                 return
             raise self._error("cancelling the job", exc) from None
         except httpx2.HTTPError as exc:
-            raise BackendError(f"Hugging Face could not be reached: {type(exc).__name__}", retryable=True) from None
+            raise _unreachable(exc) from None
 
     # Helpers.
 

@@ -48,6 +48,7 @@ from datetime import datetime
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.util import Retry
 
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
@@ -392,7 +393,11 @@ class KubernetesBackend:
         configuration.verify_ssl = self.verify_ssl
         if self._ca_cert:
             configuration.ca_cert_data = self._ca_cert
-        configuration.retries = 1
+        # One retry of a failed connection, and no redirects: every request carries the
+        # token (and creating the Secret the job's environment), and urllib3 would follow
+        # a redirect to an address the outbound URL check never saw. The redirect comes
+        # back as the answer, an ApiException.
+        configuration.retries = Retry(total=1, redirect=0, raise_on_redirect=False)
         return k8s.ApiClient(configuration)
 
     def _split(self, external_id: str) -> tuple[str, str]:
@@ -486,6 +491,8 @@ class KubernetesBackend:
             message = "the Kubernetes API server refused the token"
         elif exc.status == 403:
             message = f"the token is not allowed to do this ({doing})"
+        elif exc.status and 300 <= exc.status < 400:
+            message = f"Kubernetes answered a redirect ({exc.status}) {doing}, which is not followed (check the host)"
         else:
             message = f"Kubernetes answered {exc.status} {doing}"
         if detail:

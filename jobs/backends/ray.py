@@ -80,7 +80,12 @@ def _client_class():
             self._headers = dict(self._agentops_headers)
             kwargs.setdefault("timeout", REQUEST_TIMEOUT_SECONDS)
             kwargs.setdefault("allow_redirects", False)
-            return super()._do_request(method, endpoint, **kwargs)
+            response = super()._do_request(method, endpoint, **kwargs)
+            if response.is_redirect:
+                # Not followed (the headers would go to an unchecked address), and not
+                # an answer either: the client would read the redirect's body as one.
+                raise _RayHttpError(response.status_code, "a redirect, which is not followed: check the address")
+            return response
 
         def _raise_error(self, r):
             raise _RayHttpError(r.status_code, r.text)

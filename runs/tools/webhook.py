@@ -59,7 +59,8 @@ def call_webhook(tool: WebhookTool, arguments: dict, context: ToolContext) -> ob
     if len(raw) > RESPONSE_MAX_BYTES:
         raise ToolError(f"the tool answered more than {RESPONSE_MAX_BYTES} bytes")
     text = raw.decode(response.encoding or "utf-8", errors="replace")
-    if response.status_code >= 400:
+    # A redirect is an answer too, never followed: the signed call goes to the checked URL only.
+    if response.status_code >= 300:
         raise ToolError(f"the tool answered HTTP {response.status_code}: {text[:500]}")
     try:
         return json.loads(text)

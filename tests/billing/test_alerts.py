@@ -139,6 +139,16 @@ def test_webhook_is_checked_again_when_called(tenant, announced, webhook_server,
     assert received == []
 
 
+@pytest.mark.parametrize("status", [302, 307])
+def test_a_webhook_that_redirects_is_not_followed(tenant, announced, redirect_trap, status):
+    redirect_trap.status = status
+    org_budget(tenant, amount="1", thresholds=[100], webhook_url=f"{redirect_trap.url}/hook")
+    spend(tenant.project, "1")
+    (alert,) = evaluate_alerts(tenant.organization.pk)
+    assert alert.deliveries["webhook"] == f"failed: HTTP {status}"
+    assert len(redirect_trap.redirected) == 1 and redirect_trap.elsewhere == []
+
+
 def test_the_ledger_task_raises_alerts_of_the_organizations_it_touched(tenant, announced):
     org_budget(tenant, amount="0.01", thresholds=[100])
     ingest_and_mark(tenant.project, steps=[llm_step("t1", "a", _now(), tokens=1_000_000)])

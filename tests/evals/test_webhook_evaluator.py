@@ -163,6 +163,15 @@ def test_an_unreachable_webhook_leaves_no_score(tenant):
     assert outcome.value is None and outcome.error == "calling the webhook failed: ConnectionError"
 
 
+@pytest.mark.parametrize("status", [302, 307])
+def test_a_webhook_that_redirects_is_not_followed(tenant, redirect_trap, status):
+    redirect_trap.status = status
+    evaluator, _secret = make_webhook(tenant, f"{redirect_trap.url}/score")
+    outcome = score(tenant, evaluator)
+    assert outcome.value is None and outcome.error.startswith(f"the webhook answered HTTP {status}")
+    assert len(redirect_trap.redirected) == 1 and redirect_trap.elsewhere == []
+
+
 def test_the_url_is_checked_again_before_each_call(tenant, scorer_url, settings):
     evaluator, _secret = make_webhook(tenant, scorer_url)
     settings.ALLOW_PRIVATE_PROVIDER_URLS = False

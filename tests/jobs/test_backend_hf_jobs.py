@@ -311,3 +311,19 @@ def test_backend_for_builds_it_from_a_compute_backend_row(fake_hf_jobs):  # noqa
 
     assert isinstance(backend, HfJobsBackend)
     assert backend.status(external_id).state == "pending"
+
+
+@pytest.mark.parametrize("status", [302, 307])
+def test_a_redirect_is_not_followed_with_the_token_or_the_secrets(redirect_trap, status):
+    """A Hub endpoint that redirects elsewhere gets an error back: the token and the job's
+    secrets never reach the address the redirect names (it was never checked)."""
+    redirect_trap.status = status
+    backend = HfJobsBackend(config={"namespace": "acme", "endpoint": redirect_trap.url}, credentials={"token": TOKEN})
+
+    with pytest.raises(BackendError, match=f"redirect \\({status}\\)"):
+        backend.submit(_spec())
+    with pytest.raises(BackendError):
+        backend.status("acme/job-1")
+
+    assert [request["authorization"] for request in redirect_trap.redirected] == [f"Bearer {TOKEN}"] * 2
+    assert redirect_trap.elsewhere == []

@@ -377,3 +377,19 @@ def test_backend_for_builds_it_from_a_compute_backend_row(fake_kubernetes):  # n
     assert isinstance(backend, KubernetesBackend)
     assert external_id.startswith("ml/")
     assert backend.status(external_id).state == "pending"
+
+
+@pytest.mark.parametrize("status", [302, 307])
+def test_a_redirect_is_not_followed_with_the_token_or_the_secrets(redirect_trap, status):
+    """An API server that redirects elsewhere gets an error back: the token and the
+    job's environment never reach the address the redirect names (it was never checked)."""
+    redirect_trap.status = status
+    backend = KubernetesBackend(config={"host": redirect_trap.url}, credentials={"token": TOKEN})
+
+    with pytest.raises(BackendError, match=f"redirect \\({status}\\)"):
+        backend.submit(_spec())
+    with pytest.raises(BackendError):
+        backend.status("default/agentops-job-7-abcde")
+
+    assert [request["authorization"] for request in redirect_trap.redirected][:1] == [f"Bearer {TOKEN}"]
+    assert redirect_trap.elsewhere == []

@@ -375,3 +375,16 @@ def test_command_is_quoted_for_the_shell(ray_address):
     status, _ = wait_for(backend, external_id, {"succeeded", "failed"}, lines=lines)
     assert status.state == "succeeded", status.message
     assert argument in lines
+
+
+@pytest.mark.parametrize("status", [302, 307])
+def test_a_redirect_is_not_followed_with_the_headers(redirect_trap, status):
+    pytest.importorskip("ray.job_submission", reason="the ray package is not installed")
+    redirect_trap.status = status
+    backend = RayBackend(config={"address": redirect_trap.url}, credentials={"headers": {"Authorization": "Bearer rt"}})
+
+    with pytest.raises(BackendError, match=f"HTTP {status}"):
+        backend.status("agentops-7-abcd")
+
+    assert redirect_trap.redirected[0]["authorization"] == "Bearer rt"
+    assert redirect_trap.elsewhere == []

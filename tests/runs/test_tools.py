@@ -121,6 +121,16 @@ def test_webhook_tool_errors_become_tool_errors(tenant, tool_server):
         _Recorder.reply = (200, b'{"temperature": 21}')
 
 
+@pytest.mark.parametrize("status", [302, 307])
+def test_webhook_tool_does_not_follow_a_redirect(tenant, redirect_trap, status):
+    redirect_trap.status = status
+    with organization_scope(tenant.organization):
+        webhook_tool_create(project=tenant.project, actor=None, name="moved", url=f"{redirect_trap.url}/x")
+        with pytest.raises(ToolError, match=f"HTTP {status}"):
+            tools_for(project=tenant.project, names=["moved"])["moved"].call({}, ToolContext())
+    assert len(redirect_trap.redirected) == 1 and redirect_trap.elsewhere == []
+
+
 def test_webhook_url_is_checked_against_private_addresses_at_save_and_call(tenant, tool_server, settings):
     from agentops.errors import InvalidRequest
 
