@@ -304,6 +304,8 @@ class HfJobsBackend:
         if not namespace:
             try:
                 namespace = self.namespace or self._whoami(api)
+            except RedirectRefused as exc:
+                raise _unreachable(exc) from None
             except (HfHubHTTPError, httpx2.HTTPError) as exc:
                 raise BackendError(f"could not tell the token's user: {type(exc).__name__}", retryable=True) from None
         return namespace, job_id

@@ -322,8 +322,11 @@ def test_a_redirect_is_not_followed_with_the_token_or_the_secrets(redirect_trap,
 
     with pytest.raises(BackendError, match=f"redirect \\({status}\\)"):
         backend.submit(_spec())
-    with pytest.raises(BackendError):
+    with pytest.raises(BackendError, match="redirect"):
         backend.status("acme/job-1")
+    without_namespace = HfJobsBackend(config={"endpoint": redirect_trap.url}, credentials={"token": TOKEN})
+    with pytest.raises(BackendError, match="redirect"):
+        without_namespace.status("job-1")  # asks whoami first
 
-    assert [request["authorization"] for request in redirect_trap.redirected] == [f"Bearer {TOKEN}"] * 2
+    assert [request["authorization"] for request in redirect_trap.redirected] == [f"Bearer {TOKEN}"] * 3
     assert redirect_trap.elsewhere == []
