@@ -49,6 +49,7 @@ ROOT_SPAN = "root"
 # message; once more after it and the run stops.
 REPEAT_LIMIT = 3
 WAITING = "waiting"
+ENDED = "ended"
 # Tools that only read and write the run's own scratch memory: a replay with recorded
 # tools still runs them, so its memory evolves as the original's did.
 LOCAL_STATE_TOOLS = {"memory_set", "memory_get"}
@@ -434,6 +435,75 @@ def _execute(run: Run) -> None:
         _finish(run, status=Run.Status.FAILED, error=exc.message)
         return
 
+    with transaction.atomic():  # the run's start and the state that says it started
+        _start(run, state, spec)
+        _save_state(run, state)  # beats, checks the claim, and reads a cancellation
+
+    while True:
+        if run.cancel_requested:  # as the last state save read it
+            _finish(run, status=Run.Status.CANCELLED, error="cancelled")
+            return
+        if state["pending"]:
+            # The model asked for tools: run them (this is also where a resumed run picks up).
+            if _run_pending_tools(run, state, tools, spec, recorded) in (WAITING, ENDED):
+                return  # Waiting: a person decides, and the decision queues the run again.
+            continue
+        if state["step"] >= spec.step_limit:
+            _finish(run, status=Run.Status.FAILED, error=f"the step limit of {spec.step_limit} was reached")
+            return
+        state["step"] += 1
+        step = state["step"]
+        if estimate_tokens(state["conversation"]) > COMPACT_AT * context_window(spec.model):
+            _compact(run, state, provider, spec, parameters)
+        started = timezone.now()
+        stream = TextStream(run=run, step=step, model=spec.model)
+        try:
+            result = provider.chat(
+                model=spec.model,
+                messages=state["conversation"],
+                tools=definitions,
+                parameters=parameters,
+                timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
+                on_text=_beating(run, stream.write),
+            )
+        except ProviderError as exc:
+            stream.close()
+            with transaction.atomic():  # the failed call and the run's end, together
+                _ingest(
+                    run,
+                    steps=[
+                        _llm_step(
+                            run,
+                            f"llm-{step}",
+                            f"chat {spec.model}",
+                            ROOT_SPAN,
+                            provider,
+                            spec,
+                            started,
+                            input={"messages": state["conversation"]},
+                            error=str(exc),
+                        )
+                    ],
+                )
+                _finish(run, status=Run.Status.FAILED, error=f"step {step}: {exc}")
+            return
+        stream.close()
+        position = state["position"]
+        # The model call and the state that says it was made are saved together (and a
+        # final answer with the run's end): a worker that dies after this commit resumes
+        # past the call, one that dies before it makes the call again with nothing of the
+        # first stored. A stored final answer is never asked for again.
+        with transaction.atomic():
+            _store_answer(run, state, step, spec, provider, started, parameters, result, position)
+            if not result.tool_calls:
+                _finish(run, status=Run.Status.SUCCEEDED, output=result.content)
+        if not result.tool_calls:
+            return
+
+
+def _start(run: Run, state: dict, spec: Spec) -> None:
+    """Store the run's start (its root step and first messages) once, and the state it
+    begins from."""
     if not state.get("started"):
         _ingest(
             run,
@@ -472,70 +542,6 @@ def _execute(run: Run) -> None:
             recent_actions=[],
             warned="",
         )
-    _save_state(run, state)  # beats, checks the claim, and reads a cancellation
-
-    while True:
-        if run.cancel_requested:  # as the last state save read it
-            _finish(run, status=Run.Status.CANCELLED, error="cancelled")
-            return
-        if state["pending"]:
-            # The model asked for tools: run them (this is also where a resumed run picks up).
-            outcome = _run_pending_tools(run, state, tools, spec, recorded)
-            if outcome == WAITING:
-                return  # A person decides; the decision queues the run again.
-            if outcome:
-                _finish(run, status=Run.Status.FAILED, error=outcome)
-                return
-            continue
-        if state["step"] >= spec.step_limit:
-            _finish(run, status=Run.Status.FAILED, error=f"the step limit of {spec.step_limit} was reached")
-            return
-        state["step"] += 1
-        step = state["step"]
-        if estimate_tokens(state["conversation"]) > COMPACT_AT * context_window(spec.model):
-            _compact(run, state, provider, spec, parameters)
-            _save_state(run, state)
-        started = timezone.now()
-        stream = TextStream(run=run, step=step, model=spec.model)
-        try:
-            result = provider.chat(
-                model=spec.model,
-                messages=state["conversation"],
-                tools=definitions,
-                parameters=parameters,
-                timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
-                on_text=_beating(run, stream.write),
-            )
-        except ProviderError as exc:
-            stream.close()
-            _ingest(
-                run,
-                steps=[
-                    _llm_step(
-                        run,
-                        f"llm-{step}",
-                        f"chat {spec.model}",
-                        ROOT_SPAN,
-                        provider,
-                        spec,
-                        started,
-                        input={"messages": state["conversation"]},
-                        error=str(exc),
-                    )
-                ],
-            )
-            _finish(run, status=Run.Status.FAILED, error=f"step {step}: {exc}")
-            return
-        stream.close()
-        position = state["position"]
-        # The model call and the state that says it was made are saved together: a worker
-        # that dies after this commit resumes past the call, one that dies before it makes
-        # the call again with nothing of the first stored.
-        with transaction.atomic():
-            _store_answer(run, state, step, spec, provider, started, parameters, result, position)
-        if not result.tool_calls:
-            _finish(run, status=Run.Status.SUCCEEDED, output=result.content)
-            return
 
 
 def _store_answer(run, state, step, spec, provider, started, parameters, result, position) -> None:
@@ -579,7 +585,7 @@ def _compact(run: Run, state: dict, provider, spec: Spec, parameters: dict) -> N
     """Shrink a conversation that nears the model's context window: keep the system
     prompt, the first user message and the most recent messages, replace the middle by
     a summary the model writes, and record both the summarising call and the compaction
-    as steps of the run."""
+    as steps of the run, with the state after it."""
     conversation = state["conversation"]
     head = [m for m in conversation[:2] if m["role"] in ("system", "user")]
     if len(head) == 2 and head[1]["role"] != "user":
@@ -653,15 +659,17 @@ def _compact(run: Run, state: dict, provider, spec: Spec, parameters: dict) -> N
                 output={"content": result.content},
             )
         )
-    _ingest(run, steps=steps)
     state["conversation"] = compacted
     state["compactions"] = state.get("compactions", 0) + 1
+    with transaction.atomic():  # the summarising call and the state that holds its summary
+        _ingest(run, steps=steps)
+        _save_state(run, state)
 
 
 def _run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=None) -> str:
     """Run the tool calls the model asked for, one by one, saving after each. Returns
-    WAITING when a call needs a person's approval first, a reason to stop the run, or ""
-    to go on."""
+    WAITING when a call needs a person's approval first, ENDED when a call stopped the
+    run (it ended failed, with the reason), or "" to go on."""
     while state["pending"]:
         call = state["pending"][0]
         refusal = ""
@@ -720,13 +728,16 @@ def _run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=
                 )
             )
             state["position"] += 1
-        # The tool call and the state that says it was made are saved together (a tool
-        # call in flight when a worker dies is made again: nothing of it was stored).
+        # The tool call and the state that says it was made are saved together, with the
+        # run's end when the call stops it (a tool call in flight when a worker dies is
+        # made again: nothing of it was stored).
         with transaction.atomic():
             _ingest(run, **events)
             _save_state(run, state)
+            if stop:
+                _finish(run, status=Run.Status.FAILED, error=stop)
         if stop:
-            return stop
+            return ENDED
     return ""
 
 

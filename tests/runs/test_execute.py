@@ -293,3 +293,49 @@ def test_a_queued_run_no_worker_took_is_handed_out_again(tenant):
         run_execute(run_id=run.pk)
         run.refresh_from_db()
     assert run.status == "succeeded"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_dies_right_after_storing_the_final_answer_does_not_pay_for_it_again(
+    tenant, fake_mistral, monkeypatch
+):
+    """The worker is killed the moment the final answer's step is committed: recovery
+    finds the run ended with that answer, and the model is not asked again."""
+    from datetime import timedelta
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    from runs.services import execute
+
+    fake_mistral.reply(completion(tool_calls=[("c1", "calculator", {"expression": "6*7"})]))
+    fake_mistral.reply(completion(content="42"))
+    fake_mistral.reply(completion(content="paid for twice"))
+    monkeypatch.setattr(execute, "_enqueue", lambda *args: None)  # this test is the worker
+    store_answer = execute._store_answer
+
+    def store_then_die_at_commit(run, state, step, spec, provider, started, parameters, result, position):
+        store_answer(run, state, step, spec, provider, started, parameters, result, position)
+        if not result.tool_calls:
+
+            def die():
+                raise SystemExit("the worker was killed")
+
+            transaction.on_commit(die)
+
+    with organization_scope(tenant.organization):
+        _use_fake_mistral(tenant, fake_mistral)
+        run = _start(tenant, model="mistral-small-latest")
+        monkeypatch.setattr(execute, "_store_answer", store_then_die_at_commit)
+        with pytest.raises(SystemExit):
+            run_execute(run_id=run.pk)
+        monkeypatch.undo()
+        # Recovery, once the dead worker's heartbeat is old.
+        Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(minutes=10))
+        for _organization_id, run_id in execute.stalled_run_ids():
+            run_execute(run_id=run_id)
+        run.refresh_from_db()
+        llm_steps = Step.objects.filter(run=run, kind="llm").count()
+    assert run.status == "succeeded" and run.output == "42"
+    assert len(fake_mistral.requests) == 2, "the stored final answer was not asked for again"
+    assert run.llm_call_count == 2 and llm_steps == 2
