@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from agentops.llm.base import ChatResult, OnText, ProviderError
+from agentops.llm.base import CallAbandoned, ChatResult, OnText, ProviderError
 
 # Retries on 429 and 5xx with exponential backoff, honouring Retry-After (the SDK does
 # both); connection errors are retried too.
@@ -73,7 +73,7 @@ class MistralProvider:
             raise ProviderError(
                 f"Mistral answered HTTP {status}: {str(exc)[:300]}", retryable=status in (429, 500, 502, 503, 504)
             ) from None
-        except ProviderError:
+        except (ProviderError, CallAbandoned):
             raise
         except Exception as exc:  # noqa: BLE001 - timeouts, connection errors, invalid responses
             raise ProviderError(

@@ -26,7 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest
-from agentops.llm.base import ProviderError
+from agentops.llm.base import CallAbandoned, ProviderError
 from agentops.llm.context import context_window, estimate_tokens
 from agentops.llm.providers import provider_for
 from agentops.services.audit import audit_record
@@ -34,7 +34,7 @@ from billing.budgets import check_work_allowed
 from runs.live import TextStream
 from runs.models import Agent, AgentVersion, Approval, Run
 from runs.services.agents import clean_parameters
-from runs.services.approvals import approval_request
+from runs.services.approvals import approval_request, approvals_close
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.services.recorded_tools import recorded_tools
 from runs.services.redaction import redactor_for
@@ -204,7 +204,9 @@ def _enqueue(organization_id: int, run_id: int) -> None:
 
 
 def run_cancel(*, run: Run, actor, ip: str | None = None) -> Run:
-    """Ask the run to stop: a queued run stops at once, a running one before its next step."""
+    """Ask the run to stop. A queued or waiting run (no worker is on it) ends at once, its
+    pending approvals closed; a running one when its worker next looks: after the step in
+    progress, or within a second while a model streams its answer."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         if not run.executed:
@@ -213,10 +215,22 @@ def run_cancel(*, run: Run, actor, ip: str | None = None) -> Run:
             raise Conflict(f"the run already {run.status}")
         run.cancel_requested = True
         run.save(update_fields=["cancel_requested"])
-        if run.status == Run.Status.QUEUED:
-            _finish(run, status=Run.Status.CANCELLED, error="cancelled before it started")
+        if run.status in (Run.Status.QUEUED, Run.Status.WAITING):
+            _end_cancelled(run)
         audit_record(organization=run.project.organization, actor=actor, action="run.cancel", target=run, ip=ip)
     return run
+
+
+def _end_cancelled(run: Run) -> None:
+    """End a cancelled run no worker is executing (queued, waiting, or just claimed),
+    closing the approvals it waited for: nobody can decide them any more."""
+    if approvals_close(run=run, reason="the run was cancelled"):
+        error = "cancelled while waiting for approval"
+    elif not (run.execution or {}).get("started"):
+        error = "cancelled before it started"
+    else:
+        error = "cancelled"
+    _finish(run, status=Run.Status.CANCELLED, error=error)
 
 
 def _finish(run: Run, *, status: str, output: Any = None, error: str = "") -> None:
@@ -323,17 +337,19 @@ class LostClaim(Exception):
 
 
 def _claim(run_id: int) -> str:
-    """Take the run for this worker: a queued one, or a running one whose worker stopped
-    beating (it died mid-run: the run resumes from its saved state). Returns the claim
-    (this worker's mark on the run, which every later state save checks), or "" when
-    another worker has it, or it ended or was cancelled."""
+    """Take the run for this worker: a queued one, a running one whose worker stopped
+    beating (it died mid-run: the run resumes from its saved state), or a queued or
+    waiting one with a cancellation pending (the worker ends it). Returns the claim (this
+    worker's mark on the run, which every later state save checks), or "" when another
+    worker has it, or it ended."""
     now = timezone.now()
     claim = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     claimed = (
         # A stalled run is taken even when cancelled meanwhile: its new worker ends it.
         Run.objects.filter(pk=run_id)
         .filter(
-            Q(status=Run.Status.QUEUED, cancel_requested=False)
+            Q(status=Run.Status.QUEUED)
+            | Q(status=Run.Status.WAITING, cancel_requested=True)
             | Q(status=Run.Status.RUNNING, heartbeat_at__lt=now - _stall_after())
         )
         .update(status=Run.Status.RUNNING, worker=claim, heartbeat_at=now)
@@ -344,9 +360,10 @@ def _claim(run_id: int) -> str:
 
 def stalled_run_ids() -> list[tuple[int, int]]:
     """(organization id, run id) of executed runs no worker is on: running ones whose
-    worker stopped beating, and queued ones whose task never reached a worker (lost with
-    a worker that had taken it, or never sent). A periodic task hands them to a worker
-    again: they resume from their saved state (or, cancelled meanwhile, end cancelled)."""
+    worker stopped beating, queued ones whose task never reached a worker (lost with a
+    worker that had taken it, or never sent), and queued or waiting ones with a
+    cancellation pending. A periodic task hands them to a worker again: they resume from
+    their saved state (or, cancelled meanwhile, end cancelled)."""
     from agentops.scoping import dangerously_unscoped
 
     silent_since = timezone.now() - _stall_after()
@@ -356,6 +373,7 @@ def stalled_run_ids() -> list[tuple[int, int]]:
             .filter(
                 Q(status=Run.Status.RUNNING, heartbeat_at__lt=silent_since)
                 | Q(status=Run.Status.QUEUED, cancel_requested=False, created_at__lt=silent_since)
+                | Q(status__in=[Run.Status.QUEUED, Run.Status.WAITING], cancel_requested=True)
             )
             .values_list("organization_id", "id")
         )
@@ -377,24 +395,33 @@ def _save_state(run: Run, state: dict) -> bool:
         row = cursor.fetchone()
     if row is None:
         raise LostClaim(f"run {run.pk} was taken by another worker")
+    run.cancel_requested = row[0]
     return row[0]
 
 
-# While a model streams a long answer, the worker beats at most this often.
+# While a model streams a long answer, the worker beats at most this often, and reads a
+# cancellation at most this often.
 BEAT_EVERY_SECONDS = 15
+CANCEL_CHECK_SECONDS = 1
 
 
 def _beating(run: Run, write):
     """``write`` (a piece of the streamed answer), also beating the run's heartbeat now
-    and then: a model writing for minutes must not make its worker look dead."""
-    last = time.monotonic()
+    and then (a model writing for minutes must not make its worker look dead) and reading
+    a cancellation: a cancelled run stops reading the answer (CallAbandoned)."""
+    last_beat = last_check = time.monotonic()
 
     def on_text(piece: str) -> None:
-        nonlocal last
+        nonlocal last_beat, last_check
         write(piece)
-        if time.monotonic() - last >= BEAT_EVERY_SECONDS:
-            last = time.monotonic()
+        now = time.monotonic()
+        if now - last_beat >= BEAT_EVERY_SECONDS:
+            last_beat = now
             Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+        if now - last_check >= CANCEL_CHECK_SECONDS:
+            last_check = now
+            if Run.objects.filter(pk=run.pk, cancel_requested=True).exists():
+                raise CallAbandoned(f"run {run.pk} was cancelled")
 
     return on_text
 
@@ -409,6 +436,9 @@ def run_execute(*, run_id: int) -> None:
     if not _claim(run_id):
         return
     run = Run.objects.select_related("project", "executed_version", "project__organization").get(pk=run_id)
+    if run.cancel_requested:  # cancelled while it waited, or while no worker was on it
+        _end_cancelled(run)
+        return
     try:
         _execute(run)
     except LostClaim:
@@ -445,8 +475,12 @@ def _execute(run: Run) -> None:
             return
         if state["pending"]:
             # The model asked for tools: run them (this is also where a resumed run picks up).
-            if _run_pending_tools(run, state, tools, spec, recorded) in (WAITING, ENDED):
-                return  # Waiting: a person decides, and the decision queues the run again.
+            outcome = _run_pending_tools(run, state, tools, spec, recorded)
+            if outcome == WAITING:
+                _end_if_cancelled_while_parking(run)
+                return  # A person decides; the decision queues the run again.
+            if outcome == ENDED:
+                return
             continue
         if state["step"] >= spec.step_limit:
             _finish(run, status=Run.Status.FAILED, error=f"the step limit of {spec.step_limit} was reached")
@@ -466,6 +500,27 @@ def _execute(run: Run) -> None:
                 timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
                 on_text=_beating(run, stream.write),
             )
+        except CallAbandoned:  # cancelled while the model was writing its answer
+            stream.close()
+            with transaction.atomic():
+                _ingest(
+                    run,
+                    steps=[
+                        _llm_step(
+                            run,
+                            f"llm-{step}",
+                            f"chat {spec.model}",
+                            ROOT_SPAN,
+                            provider,
+                            spec,
+                            started,
+                            input={"messages": state["conversation"]},
+                            error="cancelled while the model was answering",
+                        )
+                    ],
+                )
+                _finish(run, status=Run.Status.CANCELLED, error="cancelled")
+            return
         except ProviderError as exc:
             stream.close()
             with transaction.atomic():  # the failed call and the run's end, together
@@ -499,6 +554,15 @@ def _execute(run: Run) -> None:
                 _finish(run, status=Run.Status.SUCCEEDED, output=result.content)
         if not result.tool_calls:
             return
+
+
+def _end_if_cancelled_while_parking(run: Run) -> None:
+    """A cancellation that came while the run was going to ``waiting`` found it running
+    and only asked it to stop: end it now (a later one finds it waiting and ends it)."""
+    with transaction.atomic():
+        parked = Run.objects.select_for_update().filter(pk=run.pk, status=Run.Status.WAITING).first()
+        if parked is not None and parked.cancel_requested:
+            _end_cancelled(parked)
 
 
 def _start(run: Run, state: dict, spec: Spec) -> None:

@@ -339,3 +339,52 @@ def test_a_worker_that_dies_right_after_storing_the_final_answer_does_not_pay_fo
     assert run.status == "succeeded" and run.output == "42"
     assert len(fake_mistral.requests) == 2, "the stored final answer was not asked for again"
     assert run.llm_call_count == 2 and llm_steps == 2
+
+
+def test_cancelling_a_running_run_ends_it_after_the_step_in_progress(tenant, fake_mistral, monkeypatch):
+    import dataclasses
+
+    from runs.tools.builtins import BUILTIN_TOOLS
+
+    fake_mistral.reply(completion(tool_calls=[("c1", "calculator", {"expression": "6*7"})]))
+    fake_mistral.reply(completion(content="never asked for"))
+    real = BUILTIN_TOOLS["calculator"]
+
+    def cancelled_meanwhile(arguments, context):
+        # A person cancels the run while its tool runs.
+        run_cancel(run=Run.objects.get(pk=context.run_id), actor=tenant.member)
+        return real.call(arguments, context)
+
+    monkeypatch.setitem(BUILTIN_TOOLS, "calculator", dataclasses.replace(real, call=cancelled_meanwhile))
+    with organization_scope(tenant.organization):
+        _use_fake_mistral(tenant, fake_mistral)
+        run = _start(tenant, model="mistral-small-latest")
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        steps = sorted(Step.objects.filter(run=run).values_list("span_id", flat=True))
+    assert run.status == "cancelled" and run.error == "cancelled"
+    assert steps == ["llm-1", "root", "tool-1-0"], "the tool's step is kept; no model call after it"
+    assert len(fake_mistral.requests) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_a_run_while_the_model_streams_stops_reading_the_answer(tenant, fake_mistral, celery_worker):
+    # About 40 s of answer, three words every 0.2 s: the run must end long before that.
+    fake_mistral.reply(completion(content="word " * 600), chunk_delay=0.2)
+    with organization_scope(tenant.organization):
+        _use_fake_mistral(tenant, fake_mistral)
+        run = _start(tenant, model="mistral-small-latest", tools=[])
+    deadline = time.monotonic() + 30
+    while not fake_mistral.requests and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake_mistral.requests, "the worker never called the model"
+    with organization_scope(tenant.organization):
+        run_cancel(run=run, actor=tenant.member)
+    deadline = time.monotonic() + 20
+    while (status := Run.dangerously_unscoped_objects.get(pk=run.pk).status) == "running":
+        assert time.monotonic() < deadline, "the run still streams its answer after the cancellation"
+        time.sleep(0.1)
+    run.refresh_from_db()
+    step = Step.dangerously_unscoped_objects.get(run=run, span_id="llm-1")
+    assert status == "cancelled" and run.error == "cancelled" and run.output is None
+    assert step.status == "error" and step.error == "cancelled while the model was answering"
