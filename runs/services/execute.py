@@ -23,6 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest
@@ -331,6 +332,16 @@ def _stall_after() -> timedelta:
     return timedelta(seconds=settings.RUN_STALL_SECONDS)
 
 
+# A claim of a running run (its worker stopped beating) counts a lost worker in the run's
+# state, in the same statement: RUN_MAX_ATTEMPTS bounds how often a run that kills its
+# worker (each attempt a paid model call) is tried.
+_COUNT_LOST_WORKER = RawSQL(
+    "CASE WHEN status = %s THEN jsonb_set(execution, '{workers_lost}', "
+    "to_jsonb(COALESCE((execution->>'workers_lost')::int, 0) + 1)) ELSE execution END",
+    [Run.Status.RUNNING],
+)
+
+
 class LostClaim(Exception):
     """Another worker took the run (this one was silent for longer than the stall time):
     this one stops without writing anything more."""
@@ -352,7 +363,7 @@ def _claim(run_id: int) -> str:
             | Q(status=Run.Status.WAITING, cancel_requested=True)
             | Q(status=Run.Status.RUNNING, heartbeat_at__lt=now - _stall_after())
         )
-        .update(status=Run.Status.RUNNING, worker=claim, heartbeat_at=now)
+        .update(status=Run.Status.RUNNING, worker=claim, heartbeat_at=now, execution=_COUNT_LOST_WORKER)
     )
     # Nothing got updated: another worker got there first, or the run is not ours to take.
     return claim if claimed == 1 else ""
@@ -438,6 +449,15 @@ def run_execute(*, run_id: int) -> None:
     run = Run.objects.select_related("project", "executed_version", "project__organization").get(pk=run_id)
     if run.cancel_requested:  # cancelled while it waited, or while no worker was on it
         _end_cancelled(run)
+        return
+    lost = run.execution.get("workers_lost", 0)
+    if lost >= settings.RUN_MAX_ATTEMPTS:
+        _finish(
+            run,
+            status=Run.Status.FAILED,
+            error=f"given up after {lost} attempts: the worker executing the run stopped (killed or crashed) "
+            f"during each of them, so it is not tried again (RUN_MAX_ATTEMPTS is {settings.RUN_MAX_ATTEMPTS})",
+        )
         return
     try:
         _execute(run)

@@ -388,3 +388,43 @@ def test_cancelling_a_run_while_the_model_streams_stops_reading_the_answer(tenan
     step = Step.dangerously_unscoped_objects.get(run=run, span_id="llm-1")
     assert status == "cancelled" and run.error == "cancelled" and run.output is None
     assert step.status == "error" and step.error == "cancelled while the model was answering"
+
+
+def test_a_run_that_kills_its_worker_every_time_fails_after_the_attempts_limit(tenant, fake_mistral, monkeypatch):
+    """Each attempt makes a paid model call, then the worker dies (as an out-of-memory
+    kill would): after RUN_MAX_ATTEMPTS attempts recovery fails the run, saying why."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from runs.services import execute
+
+    assert settings.RUN_MAX_ATTEMPTS == 3
+    for _ in range(5):
+        fake_mistral.reply(completion(tool_calls=[("c1", "calculator", {"expression": "6*7"})]))
+
+    def die(*args, **kwargs):
+        raise SystemExit("the worker was killed")
+
+    monkeypatch.setattr(execute, "_store_answer", die)
+    with organization_scope(tenant.organization):
+        _use_fake_mistral(tenant, fake_mistral)
+        run = _start(tenant, model="mistral-small-latest")
+        with pytest.raises(SystemExit):
+            run_execute(run_id=run.pk)  # the first attempt
+        for _attempt in (2, 3, 4):
+            Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(minutes=10))
+            assert execute.stalled_run_ids() == [(tenant.organization.pk, run.pk)]
+            try:
+                run_execute(run_id=run.pk)  # recovery hands it to a worker again
+            except SystemExit:
+                continue
+        run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error == (
+        "given up after 3 attempts: the worker executing the run stopped (killed or crashed) during each of them, "
+        "so it is not tried again (RUN_MAX_ATTEMPTS is 3)"
+    )
+    assert len(fake_mistral.requests) == 3, "one paid model call per attempt, and no fourth attempt"
+    assert execute.stalled_run_ids() == []
