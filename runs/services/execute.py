@@ -757,7 +757,13 @@ def _run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=
     while state["pending"]:
         call = state["pending"][0]
         refusal = ""
-        if call["name"] in spec.approval_tools:
+        # A replay serves a recorded call as the source made it (approved arguments
+        # included) without asking a person again; one the source never made fails the
+        # replay, or (unmatched: live) goes through approval like any call.
+        replayed = recorded is not None and call["name"] not in LOCAL_STATE_TOOLS
+        served = recorded.take(call["name"], call["arguments"]) if replayed else None
+        unmatched = replayed and served is None and recorded.unmatched == "fail"
+        if served is None and not unmatched and call["name"] in spec.approval_tools:
             approval = Approval.objects.filter(run=run, call_id=call["id"]).first()
             if approval is None or approval.status == Approval.Status.PENDING:
                 if approval is None:
@@ -779,7 +785,9 @@ def _run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=
             state["conversation"],
             state["position"],
             refusal=refusal,
-            recorded=recorded,
+            replayed=replayed,
+            served=served,
+            unmatched=unmatched,
         )
         state["pending"] = state["pending"][1:]
         if recorded is not None:
@@ -826,9 +834,22 @@ def _run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=
 
 
 def _run_tool(
-    run, step, index, call, tools, memory, conversation, position, refusal: str = "", recorded=None
+    run,
+    step,
+    index,
+    call,
+    tools,
+    memory,
+    conversation,
+    position,
+    refusal: str = "",
+    replayed: bool = False,
+    served=None,
+    unmatched: bool = False,
 ) -> tuple[dict, int, str]:
-    """Run one tool call (or serve it from the recording of a replay's source run).
+    """Run one tool call, or serve it from the recording of a replay's source run
+    (``replayed``: the call was looked up there; ``served``: the recorded call found;
+    ``unmatched``: none was, and that fails the replay).
     Returns what to store of it (ingest's keyword arguments), the next message position,
     and a reason to stop the run or ""."""
     span_id = f"tool-{step}-{index}"
@@ -837,15 +858,17 @@ def _run_tool(
     tool = tools.get(call["name"])
     error, result, stop, attributes = "", None, "", {}
     before = json.dumps(memory, sort_keys=True, default=str)
-    served = None
-    if not refusal and recorded is not None and call["name"] not in LOCAL_STATE_TOOLS:
-        served = recorded.take(call["name"], call["arguments"])
-        if served is None and recorded.unmatched == "fail":
+    if replayed:
+        attributes = {"served": "recorded" if served else "live", "recorded_call_id": served.call_id if served else ""}
+        if served is not None and served.arguments != call["arguments"]:
+            # Made with the arguments a person approved (edited) in the source run.
+            attributes["requested_arguments"] = call["arguments"]
+            call = {**call, "arguments": served.arguments}
+        elif unmatched:
             refusal = stop = (
                 f"replay: the model called {call['name']} with arguments the original run never used "
                 f"({json.dumps(call['arguments'], default=str)[:200]}), and unmatched calls fail the replay"
             )
-        attributes = {"served": "recorded" if served else "live", "recorded_call_id": served.call_id if served else ""}
     if refusal:
         error = refusal
     elif served is not None:
