@@ -428,3 +428,41 @@ def test_a_run_that_kills_its_worker_every_time_fails_after_the_attempts_limit(t
     )
     assert len(fake_mistral.requests) == 3, "one paid model call per attempt, and no fourth attempt"
     assert execute.stalled_run_ids() == []
+
+
+def test_a_model_endpoint_that_refuses_connections_fails_the_run_after_a_few_attempts(tenant, monkeypatch):
+    """A dead endpoint must not hold a worker for the SDK's whole backoff budget (about
+    75 s): connections are counted where they are made, in the socket layer."""
+    import socket
+
+    from agentops.services.secrets import provider_secret_set
+
+    with socket.socket() as probe:  # a port nothing listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    attempts = []
+    create_connection = socket.create_connection
+
+    def counted(address, *args, **kwargs):
+        if tuple(address)[1] == port:
+            attempts.append(address)
+        return create_connection(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", counted)
+    with organization_scope(tenant.organization):
+        provider_secret_set(
+            organization=tenant.organization,
+            actor=None,
+            provider="mistral",
+            api_key="sk-test-key-123456",
+            base_url=f"http://127.0.0.1:{port}",
+        )
+        run = _start(tenant, model="mistral-small-latest", tools=[])
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        failing = Step.objects.get(run=run, span_id="llm-1")
+    assert run.status == "failed"
+    assert len(attempts) == 3, "three connection attempts, not the SDK's backoff budget's worth"
+    assert run.error.startswith(f"step 1: calling Mistral failed: cannot connect to http://127.0.0.1:{port} (")
+    assert "Connection refused" in run.error and run.error.endswith("; 3 attempts)")
+    assert failing.status == "error"
