@@ -167,3 +167,33 @@ def test_recovery_ends_a_run_left_queued_or_waiting_with_a_cancel_pending(tenant
     assert queued.llm_call_count == waiting.llm_call_count == 1, "no model call after the cancellation"
     assert Approval.dangerously_unscoped_objects.filter(run=waiting, status="pending").count() == 0
     assert stalled_run_ids() == []
+
+
+def test_a_cancel_that_lands_while_the_run_starts_waiting_ends_it(tenant, monkeypatch):
+    """The cancel finds the run still running (only asks it to stop); the worker then
+    parks it waiting for approval, sees the cancellation, and ends it."""
+    from runs.services import execute
+    from runs.services.execute import run_cancel
+
+    request_approval = execute.approval_request
+
+    def cancelled_meanwhile(*, run, call):
+        run_cancel(run=Run.objects.get(pk=run.pk), actor=tenant.member)
+        return request_approval(run=run, call=call)
+
+    monkeypatch.setattr(execute, "approval_request", cancelled_meanwhile)
+    with organization_scope(tenant.organization):
+        agent = agent_create(
+            project=tenant.project,
+            actor=None,
+            name="calc",
+            model="offline",
+            tools=["calculator"],
+            approval_tools=["calculator"],
+        )
+        run = run_start(project=tenant.project, agent=agent, actor=tenant.member, input="What is 6 * 7?")
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        approval = Approval.objects.get(run=run)
+    assert run.status == "cancelled" and run.error == "cancelled while waiting for approval"
+    assert approval.status == "expired" and approval.reason == "the run was cancelled"
