@@ -111,6 +111,11 @@ LLM_RETRY_MAX_SECONDS = env_int("LLM_RETRY_MAX_SECONDS", 60)
 # task hands it to another. Workers beat after every step and while a model streams, so
 # keep it above LLM_CALL_TIMEOUT_SECONDS.
 RUN_STALL_SECONDS = env_int("RUN_STALL_SECONDS", 300)
+# A run whose worker stopped (killed, crashed) during this many attempts fails instead of
+# being resumed again: each attempt may be a paid model call.
+RUN_MAX_ATTEMPTS = env_int("RUN_MAX_ATTEMPTS", 3)
+if RUN_MAX_ATTEMPTS < 1:
+    raise ImproperlyConfigured(f"RUN_MAX_ATTEMPTS must be at least 1, not {RUN_MAX_ATTEMPTS}")
 
 # Whether a page of a project is open is asked for every stored batch (to skip rendering
 # updates nobody sees); the answer is kept this long. A page opened meanwhile misses at

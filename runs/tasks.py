@@ -49,7 +49,9 @@ def execute_run(organization_id: int, run_id: int) -> None:
 
 @shared_task
 def recover_stalled_runs() -> int:
-    """Hand runs whose worker died back to a worker (every minute); they resume."""
+    """Hand runs whose worker died back to a worker (every minute): they resume, or fail
+    once they lost RUN_MAX_ATTEMPTS workers; queued or waiting runs with a cancel pending
+    end cancelled."""
     from runs.services.execute import stalled_run_ids
 
     stalled = stalled_run_ids()

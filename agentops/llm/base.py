@@ -18,6 +18,11 @@ class ProviderError(Exception):
         self.retryable = retryable
 
 
+class CallAbandoned(Exception):
+    """Raised by an ``on_text`` callback to stop reading an answer (its run was
+    cancelled). Providers let it through as it is: it is not a failed call."""
+
+
 @dataclass
 class ChatResult:
     """One model answer, in the shapes the executor stores."""

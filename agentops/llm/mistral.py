@@ -6,14 +6,45 @@ import json
 import time
 from typing import Any
 
-from agentops.llm.base import ChatResult, OnText, ProviderError
+from agentops.llm.base import CallAbandoned, ChatResult, OnText, ProviderError
 
 # Retries on 429 and 5xx with exponential backoff, honouring Retry-After (the SDK does
-# both); connection errors are retried too.
+# both); timeouts and dropped connections are retried too.
 RETRY_INITIAL_MS = 500
 RETRY_MAX_INTERVAL_MS = 20_000
 RETRY_EXPONENT = 2.0
 RETRY_MAX_ELAPSED_MS = 60_000
+# A server that cannot be connected to (connection refused, no such host) is tried this
+# many times, CONNECT_RETRY_SECONDS apart then doubling, and the call fails: a dead
+# endpoint must not hold a worker for the whole backoff budget.
+CONNECT_ATTEMPTS = 3
+CONNECT_RETRY_SECONDS = 0.5
+
+
+class EndpointUnreachable(Exception):
+    """No connection could be made. Deliberately not an httpx error: the SDK retries
+    those for its whole backoff budget; it gives this one up at once."""
+
+
+def _http_client():
+    """The SDK's HTTP client (as it builds it by default), with connection failures
+    tried CONNECT_ATTEMPTS times and then raised as EndpointUnreachable."""
+    import httpx2
+
+    class Client(httpx2.Client):
+        def send(self, request, **kwargs):
+            for attempt in range(1, CONNECT_ATTEMPTS + 1):
+                try:
+                    return super().send(request, **kwargs)
+                except httpx2.ConnectError as exc:  # nothing was sent: safe to try again
+                    if attempt == CONNECT_ATTEMPTS:
+                        origin = f"{request.url.scheme}://{request.url.netloc.decode()}"
+                        raise EndpointUnreachable(
+                            f"cannot connect to {origin} ({exc or type(exc).__name__}; {attempt} attempts)"
+                        ) from exc
+                    time.sleep(CONNECT_RETRY_SECONDS * 2 ** (attempt - 1))
+
+    return Client(follow_redirects=False)
 
 
 def _arguments(raw: Any) -> dict:
@@ -40,7 +71,7 @@ class MistralProvider:
             # The SDK's own clients follow redirects: a base URL that redirects would send
             # the conversation (and, to the same host, the key) to an address the outbound
             # URL check never saw. Timeouts are passed per call, as with the SDK's clients.
-            client=httpx2.Client(follow_redirects=False),
+            client=_http_client(),
             async_client=httpx2.AsyncClient(follow_redirects=False),
             retry_config=RetryConfig(
                 "backoff",
@@ -79,8 +110,10 @@ class MistralProvider:
             raise ProviderError(
                 f"Mistral answered HTTP {status}: {str(exc)[:300]}", retryable=status in (429, 500, 502, 503, 504)
             ) from None
-        except ProviderError:
+        except (ProviderError, CallAbandoned):
             raise
+        except EndpointUnreachable as exc:
+            raise ProviderError(f"calling Mistral failed: {exc}", retryable=True) from None
         except Exception as exc:  # noqa: BLE001 - timeouts, connection errors, invalid responses
             raise ProviderError(
                 f"calling Mistral failed: {type(exc).__name__}: {str(exc)[:300]}", retryable=True

@@ -63,7 +63,10 @@ class ReplayGroupSerializer(serializers.Serializer):
     runs = ReplayRunSerializer(many=True)
     ended = serializers.IntegerField()
     succeeded = serializers.IntegerField()
-    agreement = serializers.FloatField(allow_null=True, help_text="Share of ended replays with the most common output.")
+    agreement = serializers.FloatField(
+        allow_null=True,
+        help_text="Share of ended replays that succeeded with the most common output (failures never agree).",
+    )
     distinct_outputs = serializers.IntegerField()
     spread = serializers.DictField(help_text="min, max, mean, stdev of step_count, tokens, cost, latency_ms.")
 

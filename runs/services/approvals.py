@@ -43,9 +43,12 @@ def approval_decide(
     if approve and arguments is not None and not isinstance(arguments, dict):
         raise InvalidRequest("edited arguments must be a JSON object")
     with transaction.atomic():
+        # The run first, then the approval: the order run_cancel takes them in.
+        Run.objects.select_for_update().filter(pk=approval.run_id).first()
         approval = Approval.objects.select_for_update().get(pk=approval.pk)
         if approval.status != Approval.Status.PENDING:
-            raise Conflict(f"this approval is already {approval.status}")
+            why = f" ({approval.reason})" if approval.status == Approval.Status.EXPIRED and approval.reason else ""
+            raise Conflict(f"this approval is already {approval.status}{why}")
         if approval.expires_at <= timezone.now():
             _expire(approval)
             raise Conflict("this approval has expired")
@@ -65,6 +68,14 @@ def approval_decide(
         )
         _resume(approval.run)
     return approval
+
+
+def approvals_close(*, run: Run, reason: str) -> int:
+    """Close the run's pending approvals without a decision (the run was cancelled):
+    nobody can decide them any more. Returns how many were pending."""
+    return Approval.objects.filter(run=run, status=Approval.Status.PENDING).update(
+        status=Approval.Status.EXPIRED, reason=reason, decided_at=timezone.now()
+    )
 
 
 def _expire(approval: Approval) -> None:
@@ -98,12 +109,13 @@ def approvals_expire() -> int:
         due = list(
             Approval.objects.select_related("run", "run__project")
             .filter(status=Approval.Status.PENDING, expires_at__lte=timezone.now())
-            .values_list("organization_id", "pk")
+            .values_list("organization_id", "run_id", "pk")
         )
     from agentops.scoping import organization_scope
 
-    for organization_id, approval_id in due:
+    for organization_id, run_id, approval_id in due:
         with organization_scope(organization_id), transaction.atomic():
+            Run.objects.select_for_update().filter(pk=run_id).first()  # the run first, as approval_decide
             approval = Approval.objects.select_for_update().select_related("run__project").get(pk=approval_id)
             if approval.status == Approval.Status.PENDING:
                 _expire(approval)

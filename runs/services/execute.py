@@ -23,10 +23,11 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest
-from agentops.llm.base import ProviderError
+from agentops.llm.base import CallAbandoned, ProviderError
 from agentops.llm.context import context_window, estimate_tokens
 from agentops.llm.providers import provider_for
 from agentops.services.audit import audit_record
@@ -34,7 +35,7 @@ from billing.budgets import check_work_allowed
 from runs.live import TextStream
 from runs.models import Agent, AgentVersion, Approval, Run
 from runs.services.agents import clean_parameters
-from runs.services.approvals import approval_request
+from runs.services.approvals import approval_request, approvals_close
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.services.recorded_tools import recorded_tools
 from runs.services.redaction import redactor_for
@@ -49,6 +50,7 @@ ROOT_SPAN = "root"
 # message; once more after it and the run stops.
 REPEAT_LIMIT = 3
 WAITING = "waiting"
+ENDED = "ended"
 # Tools that only read and write the run's own scratch memory: a replay with recorded
 # tools still runs them, so its memory evolves as the original's did.
 LOCAL_STATE_TOOLS = {"memory_set", "memory_get"}
@@ -203,7 +205,9 @@ def _enqueue(organization_id: int, run_id: int) -> None:
 
 
 def run_cancel(*, run: Run, actor, ip: str | None = None) -> Run:
-    """Ask the run to stop: a queued run stops at once, a running one before its next step."""
+    """Ask the run to stop. A queued or waiting run (no worker is on it) ends at once, its
+    pending approvals closed; a running one when its worker next looks: after the step in
+    progress, or within a second while a model streams its answer."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         if not run.executed:
@@ -212,10 +216,22 @@ def run_cancel(*, run: Run, actor, ip: str | None = None) -> Run:
             raise Conflict(f"the run already {run.status}")
         run.cancel_requested = True
         run.save(update_fields=["cancel_requested"])
-        if run.status == Run.Status.QUEUED:
-            _finish(run, status=Run.Status.CANCELLED, error="cancelled before it started")
+        if run.status in (Run.Status.QUEUED, Run.Status.WAITING):
+            _end_cancelled(run)
         audit_record(organization=run.project.organization, actor=actor, action="run.cancel", target=run, ip=ip)
     return run
+
+
+def _end_cancelled(run: Run) -> None:
+    """End a cancelled run no worker is executing (queued, waiting, or just claimed),
+    closing the approvals it waited for: nobody can decide them any more."""
+    if approvals_close(run=run, reason="the run was cancelled"):
+        error = "cancelled while waiting for approval"
+    elif not (run.execution or {}).get("started"):
+        error = "cancelled before it started"
+    else:
+        error = "cancelled"
+    _finish(run, status=Run.Status.CANCELLED, error=error)
 
 
 def _finish(run: Run, *, status: str, output: Any = None, error: str = "") -> None:
@@ -316,26 +332,38 @@ def _stall_after() -> timedelta:
     return timedelta(seconds=settings.RUN_STALL_SECONDS)
 
 
+# A claim of a running run (its worker stopped beating) counts a lost worker in the run's
+# state, in the same statement: RUN_MAX_ATTEMPTS bounds how often a run that kills its
+# worker (each attempt a paid model call) is tried.
+_COUNT_LOST_WORKER = RawSQL(
+    "CASE WHEN status = %s THEN jsonb_set(execution, '{workers_lost}', "
+    "to_jsonb(COALESCE((execution->>'workers_lost')::int, 0) + 1)) ELSE execution END",
+    [Run.Status.RUNNING],
+)
+
+
 class LostClaim(Exception):
     """Another worker took the run (this one was silent for longer than the stall time):
     this one stops without writing anything more."""
 
 
 def _claim(run_id: int) -> str:
-    """Take the run for this worker: a queued one, or a running one whose worker stopped
-    beating (it died mid-run: the run resumes from its saved state). Returns the claim
-    (this worker's mark on the run, which every later state save checks), or "" when
-    another worker has it, or it ended or was cancelled."""
+    """Take the run for this worker: a queued one, a running one whose worker stopped
+    beating (it died mid-run: the run resumes from its saved state), or a queued or
+    waiting one with a cancellation pending (the worker ends it). Returns the claim (this
+    worker's mark on the run, which every later state save checks), or "" when another
+    worker has it, or it ended."""
     now = timezone.now()
     claim = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     claimed = (
         # A stalled run is taken even when cancelled meanwhile: its new worker ends it.
         Run.objects.filter(pk=run_id)
         .filter(
-            Q(status=Run.Status.QUEUED, cancel_requested=False)
+            Q(status=Run.Status.QUEUED)
+            | Q(status=Run.Status.WAITING, cancel_requested=True)
             | Q(status=Run.Status.RUNNING, heartbeat_at__lt=now - _stall_after())
         )
-        .update(status=Run.Status.RUNNING, worker=claim, heartbeat_at=now)
+        .update(status=Run.Status.RUNNING, worker=claim, heartbeat_at=now, execution=_COUNT_LOST_WORKER)
     )
     # Nothing got updated: another worker got there first, or the run is not ours to take.
     return claim if claimed == 1 else ""
@@ -343,9 +371,10 @@ def _claim(run_id: int) -> str:
 
 def stalled_run_ids() -> list[tuple[int, int]]:
     """(organization id, run id) of executed runs no worker is on: running ones whose
-    worker stopped beating, and queued ones whose task never reached a worker (lost with
-    a worker that had taken it, or never sent). A periodic task hands them to a worker
-    again: they resume from their saved state (or, cancelled meanwhile, end cancelled)."""
+    worker stopped beating, queued ones whose task never reached a worker (lost with a
+    worker that had taken it, or never sent), and queued or waiting ones with a
+    cancellation pending. A periodic task hands them to a worker again: they resume from
+    their saved state (or, cancelled meanwhile, end cancelled)."""
     from agentops.scoping import dangerously_unscoped
 
     silent_since = timezone.now() - _stall_after()
@@ -355,6 +384,7 @@ def stalled_run_ids() -> list[tuple[int, int]]:
             .filter(
                 Q(status=Run.Status.RUNNING, heartbeat_at__lt=silent_since)
                 | Q(status=Run.Status.QUEUED, cancel_requested=False, created_at__lt=silent_since)
+                | Q(status__in=[Run.Status.QUEUED, Run.Status.WAITING], cancel_requested=True)
             )
             .values_list("organization_id", "id")
         )
@@ -376,24 +406,33 @@ def _save_state(run: Run, state: dict) -> bool:
         row = cursor.fetchone()
     if row is None:
         raise LostClaim(f"run {run.pk} was taken by another worker")
+    run.cancel_requested = row[0]
     return row[0]
 
 
-# While a model streams a long answer, the worker beats at most this often.
+# While a model streams a long answer, the worker beats at most this often, and reads a
+# cancellation at most this often.
 BEAT_EVERY_SECONDS = 15
+CANCEL_CHECK_SECONDS = 1
 
 
 def _beating(run: Run, write):
     """``write`` (a piece of the streamed answer), also beating the run's heartbeat now
-    and then: a model writing for minutes must not make its worker look dead."""
-    last = time.monotonic()
+    and then (a model writing for minutes must not make its worker look dead) and reading
+    a cancellation: a cancelled run stops reading the answer (CallAbandoned)."""
+    last_beat = last_check = time.monotonic()
 
     def on_text(piece: str) -> None:
-        nonlocal last
+        nonlocal last_beat, last_check
         write(piece)
-        if time.monotonic() - last >= BEAT_EVERY_SECONDS:
-            last = time.monotonic()
+        now = time.monotonic()
+        if now - last_beat >= BEAT_EVERY_SECONDS:
+            last_beat = now
             Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+        if now - last_check >= CANCEL_CHECK_SECONDS:
+            last_check = now
+            if Run.objects.filter(pk=run.pk, cancel_requested=True).exists():
+                raise CallAbandoned(f"run {run.pk} was cancelled")
 
     return on_text
 
@@ -408,6 +447,18 @@ def run_execute(*, run_id: int) -> None:
     if not _claim(run_id):
         return
     run = Run.objects.select_related("project", "executed_version", "project__organization").get(pk=run_id)
+    if run.cancel_requested:  # cancelled while it waited, or while no worker was on it
+        _end_cancelled(run)
+        return
+    lost = run.execution.get("workers_lost", 0)
+    if lost >= settings.RUN_MAX_ATTEMPTS:
+        _finish(
+            run,
+            status=Run.Status.FAILED,
+            error=f"given up after {lost} attempts: the worker executing the run stopped (killed or crashed) "
+            f"during each of them, so it is not tried again (RUN_MAX_ATTEMPTS is {settings.RUN_MAX_ATTEMPTS})",
+        )
+        return
     try:
         _execute(run)
     except LostClaim:
@@ -434,6 +485,109 @@ def _execute(run: Run) -> None:
         _finish(run, status=Run.Status.FAILED, error=exc.message)
         return
 
+    with transaction.atomic():  # the run's start and the state that says it started
+        _start(run, state, spec)
+        _save_state(run, state)  # beats, checks the claim, and reads a cancellation
+
+    while True:
+        if run.cancel_requested:  # as the last state save read it
+            _finish(run, status=Run.Status.CANCELLED, error="cancelled")
+            return
+        if state["pending"]:
+            # The model asked for tools: run them (this is also where a resumed run picks up).
+            outcome = _run_pending_tools(run, state, tools, spec, recorded)
+            if outcome == WAITING:
+                _end_if_cancelled_while_parking(run)
+                return  # A person decides; the decision queues the run again.
+            if outcome == ENDED:
+                return
+            continue
+        if state["step"] >= spec.step_limit:
+            _finish(run, status=Run.Status.FAILED, error=f"the step limit of {spec.step_limit} was reached")
+            return
+        state["step"] += 1
+        step = state["step"]
+        if estimate_tokens(state["conversation"]) > COMPACT_AT * context_window(spec.model):
+            _compact(run, state, provider, spec, parameters)
+        started = timezone.now()
+        stream = TextStream(run=run, step=step, model=spec.model)
+        try:
+            result = provider.chat(
+                model=spec.model,
+                messages=state["conversation"],
+                tools=definitions,
+                parameters=parameters,
+                timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
+                on_text=_beating(run, stream.write),
+            )
+        except CallAbandoned:  # cancelled while the model was writing its answer
+            stream.close()
+            with transaction.atomic():
+                _ingest(
+                    run,
+                    steps=[
+                        _llm_step(
+                            run,
+                            f"llm-{step}",
+                            f"chat {spec.model}",
+                            ROOT_SPAN,
+                            provider,
+                            spec,
+                            started,
+                            input={"messages": state["conversation"]},
+                            error="cancelled while the model was answering",
+                        )
+                    ],
+                )
+                _finish(run, status=Run.Status.CANCELLED, error="cancelled")
+            return
+        except ProviderError as exc:
+            stream.close()
+            with transaction.atomic():  # the failed call and the run's end, together
+                _ingest(
+                    run,
+                    steps=[
+                        _llm_step(
+                            run,
+                            f"llm-{step}",
+                            f"chat {spec.model}",
+                            ROOT_SPAN,
+                            provider,
+                            spec,
+                            started,
+                            input={"messages": state["conversation"]},
+                            error=str(exc),
+                        )
+                    ],
+                )
+                _finish(run, status=Run.Status.FAILED, error=f"step {step}: {exc}")
+            return
+        stream.close()
+        position = state["position"]
+        # The model call and the state that says it was made are saved together (and a
+        # final answer with the run's end): a worker that dies after this commit resumes
+        # past the call, one that dies before it makes the call again with nothing of the
+        # first stored. A stored final answer is never asked for again.
+        with transaction.atomic():
+            _store_answer(run, state, step, spec, provider, started, parameters, result, position)
+            if not result.tool_calls:
+                _finish(run, status=Run.Status.SUCCEEDED, output=result.content)
+        if not result.tool_calls:
+            return
+
+
+def _end_if_cancelled_while_parking(run: Run) -> None:
+    """A cancellation that came while the run was going to ``waiting`` found it running
+    and only asked it to stop: end it now (a later one finds it waiting and ends it)."""
+    with transaction.atomic():
+        parked = Run.objects.select_for_update().filter(pk=run.pk, status=Run.Status.WAITING).first()
+        if parked is not None and parked.cancel_requested:
+            _end_cancelled(parked)
+
+
+def _start(run: Run, state: dict, spec: Spec) -> None:
+    """Store the run's start (its root step and first messages) once, and the state it
+    begins from."""
     if not state.get("started"):
         _ingest(
             run,
@@ -472,70 +626,6 @@ def _execute(run: Run) -> None:
             recent_actions=[],
             warned="",
         )
-    _save_state(run, state)  # beats, checks the claim, and reads a cancellation
-
-    while True:
-        if run.cancel_requested:  # as the last state save read it
-            _finish(run, status=Run.Status.CANCELLED, error="cancelled")
-            return
-        if state["pending"]:
-            # The model asked for tools: run them (this is also where a resumed run picks up).
-            outcome = _run_pending_tools(run, state, tools, spec, recorded)
-            if outcome == WAITING:
-                return  # A person decides; the decision queues the run again.
-            if outcome:
-                _finish(run, status=Run.Status.FAILED, error=outcome)
-                return
-            continue
-        if state["step"] >= spec.step_limit:
-            _finish(run, status=Run.Status.FAILED, error=f"the step limit of {spec.step_limit} was reached")
-            return
-        state["step"] += 1
-        step = state["step"]
-        if estimate_tokens(state["conversation"]) > COMPACT_AT * context_window(spec.model):
-            _compact(run, state, provider, spec, parameters)
-            _save_state(run, state)
-        started = timezone.now()
-        stream = TextStream(run=run, step=step, model=spec.model)
-        try:
-            result = provider.chat(
-                model=spec.model,
-                messages=state["conversation"],
-                tools=definitions,
-                parameters=parameters,
-                timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
-                on_text=_beating(run, stream.write),
-            )
-        except ProviderError as exc:
-            stream.close()
-            _ingest(
-                run,
-                steps=[
-                    _llm_step(
-                        run,
-                        f"llm-{step}",
-                        f"chat {spec.model}",
-                        ROOT_SPAN,
-                        provider,
-                        spec,
-                        started,
-                        input={"messages": state["conversation"]},
-                        error=str(exc),
-                    )
-                ],
-            )
-            _finish(run, status=Run.Status.FAILED, error=f"step {step}: {exc}")
-            return
-        stream.close()
-        position = state["position"]
-        # The model call and the state that says it was made are saved together: a worker
-        # that dies after this commit resumes past the call, one that dies before it makes
-        # the call again with nothing of the first stored.
-        with transaction.atomic():
-            _store_answer(run, state, step, spec, provider, started, parameters, result, position)
-        if not result.tool_calls:
-            _finish(run, status=Run.Status.SUCCEEDED, output=result.content)
-            return
 
 
 def _store_answer(run, state, step, spec, provider, started, parameters, result, position) -> None:
@@ -579,7 +669,7 @@ def _compact(run: Run, state: dict, provider, spec: Spec, parameters: dict) -> N
     """Shrink a conversation that nears the model's context window: keep the system
     prompt, the first user message and the most recent messages, replace the middle by
     a summary the model writes, and record both the summarising call and the compaction
-    as steps of the run."""
+    as steps of the run, with the state after it."""
     conversation = state["conversation"]
     head = [m for m in conversation[:2] if m["role"] in ("system", "user")]
     if len(head) == 2 and head[1]["role"] != "user":
@@ -653,19 +743,27 @@ def _compact(run: Run, state: dict, provider, spec: Spec, parameters: dict) -> N
                 output={"content": result.content},
             )
         )
-    _ingest(run, steps=steps)
     state["conversation"] = compacted
     state["compactions"] = state.get("compactions", 0) + 1
+    with transaction.atomic():  # the summarising call and the state that holds its summary
+        _ingest(run, steps=steps)
+        _save_state(run, state)
 
 
 def _run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=None) -> str:
     """Run the tool calls the model asked for, one by one, saving after each. Returns
-    WAITING when a call needs a person's approval first, a reason to stop the run, or ""
-    to go on."""
+    WAITING when a call needs a person's approval first, ENDED when a call stopped the
+    run (it ended failed, with the reason), or "" to go on."""
     while state["pending"]:
         call = state["pending"][0]
         refusal = ""
-        if call["name"] in spec.approval_tools:
+        # A replay serves a recorded call as the source made it (approved arguments
+        # included) without asking a person again; one the source never made fails the
+        # replay, or (unmatched: live) goes through approval like any call.
+        replayed = recorded is not None and call["name"] not in LOCAL_STATE_TOOLS
+        served = recorded.take(call["name"], call["arguments"]) if replayed else None
+        unmatched = replayed and served is None and recorded.unmatched == "fail"
+        if served is None and not unmatched and call["name"] in spec.approval_tools:
             approval = Approval.objects.filter(run=run, call_id=call["id"]).first()
             if approval is None or approval.status == Approval.Status.PENDING:
                 if approval is None:
@@ -687,7 +785,9 @@ def _run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=
             state["conversation"],
             state["position"],
             refusal=refusal,
-            recorded=recorded,
+            replayed=replayed,
+            served=served,
+            unmatched=unmatched,
         )
         state["pending"] = state["pending"][1:]
         if recorded is not None:
@@ -720,20 +820,36 @@ def _run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=
                 )
             )
             state["position"] += 1
-        # The tool call and the state that says it was made are saved together (a tool
-        # call in flight when a worker dies is made again: nothing of it was stored).
+        # The tool call and the state that says it was made are saved together, with the
+        # run's end when the call stops it (a tool call in flight when a worker dies is
+        # made again: nothing of it was stored).
         with transaction.atomic():
             _ingest(run, **events)
             _save_state(run, state)
+            if stop:
+                _finish(run, status=Run.Status.FAILED, error=stop)
         if stop:
-            return stop
+            return ENDED
     return ""
 
 
 def _run_tool(
-    run, step, index, call, tools, memory, conversation, position, refusal: str = "", recorded=None
+    run,
+    step,
+    index,
+    call,
+    tools,
+    memory,
+    conversation,
+    position,
+    refusal: str = "",
+    replayed: bool = False,
+    served=None,
+    unmatched: bool = False,
 ) -> tuple[dict, int, str]:
-    """Run one tool call (or serve it from the recording of a replay's source run).
+    """Run one tool call, or serve it from the recording of a replay's source run
+    (``replayed``: the call was looked up there; ``served``: the recorded call found;
+    ``unmatched``: none was, and that fails the replay).
     Returns what to store of it (ingest's keyword arguments), the next message position,
     and a reason to stop the run or ""."""
     span_id = f"tool-{step}-{index}"
@@ -742,15 +858,17 @@ def _run_tool(
     tool = tools.get(call["name"])
     error, result, stop, attributes = "", None, "", {}
     before = json.dumps(memory, sort_keys=True, default=str)
-    served = None
-    if not refusal and recorded is not None and call["name"] not in LOCAL_STATE_TOOLS:
-        served = recorded.take(call["name"], call["arguments"])
-        if served is None and recorded.unmatched == "fail":
+    if replayed:
+        attributes = {"served": "recorded" if served else "live", "recorded_call_id": served.call_id if served else ""}
+        if served is not None and served.arguments != call["arguments"]:
+            # Made with the arguments a person approved (edited) in the source run.
+            attributes["requested_arguments"] = call["arguments"]
+            call = {**call, "arguments": served.arguments}
+        elif unmatched:
             refusal = stop = (
                 f"replay: the model called {call['name']} with arguments the original run never used "
                 f"({json.dumps(call['arguments'], default=str)[:200]}), and unmatched calls fail the replay"
             )
-        attributes = {"served": "recorded" if served else "live", "recorded_call_id": served.call_id if served else ""}
     if refusal:
         error = refusal
     elif served is not None:

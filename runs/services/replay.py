@@ -470,8 +470,8 @@ def _definition(candidate: Any) -> dict | None:
 def replay_groups(source: Run) -> list[dict]:
     """The replays of ``source``, grouped by request (a repeat of K is one group), newest
     first, each with how far they got and, for repeats, how much they agree: the share
-    of ended replays whose final output is the most common one, and the spread of steps,
-    tokens, cost and latency."""
+    of ended replays that succeeded with the most common final output (a failed or
+    cancelled replay never agrees), and the spread of steps, tokens, cost and latency."""
     replays = list(
         Run.objects.filter(replay_of=source)
         .order_by("-id")
@@ -498,7 +498,10 @@ def replay_groups(source: Run) -> list[dict]:
 def _group_summary(key: str, runs: list[Run]) -> dict:
     replay = runs[0].execution.get("replay") or {}
     ended = [run for run in runs if run.status in ENDED]
-    outputs = Counter(json.dumps(run.output, sort_keys=True, default=str) for run in ended)
+    # Only answers agree: a failed or cancelled replay (no output) never counts as agreeing.
+    outputs = Counter(
+        json.dumps(run.output, sort_keys=True, default=str) for run in ended if run.status == Run.Status.SUCCEEDED
+    )
     most_common = outputs.most_common(1)[0][1] if outputs else 0
     return {
         "group": key,

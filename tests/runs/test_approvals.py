@@ -13,12 +13,12 @@ from runs.services.execute import run_execute, run_start
 BASE = "/api/v1/projects/acme/agent"
 
 
-def _waiting_run(tenant):
+def _waiting_run(tenant, name="calc"):
     with organization_scope(tenant.organization):
         agent = agent_create(
             project=tenant.project,
             actor=None,
-            name="calc",
+            name=name,
             model="offline",
             tools=["calculator"],
             approval_tools=["calculator"],
@@ -116,3 +116,84 @@ def test_other_tenant_cannot_see_or_decide(tenant, other_tenant, client_for):
     foreign = f"/api/v1/projects/globex/agent/runs/{run.pk}/approvals/"
     assert outsider.post(foreign, {"approval": approval.pk, "decision": "approve"}, format="json").status_code == 404
     assert Approval.dangerously_unscoped_objects.get(pk=approval.pk).status == "pending"
+
+
+def test_cancelling_a_run_that_waits_for_approval_ends_it_at_once(tenant, client_for):
+    run, approval = _waiting_run(tenant)
+    member = client_for(tenant.member)
+    cancelled = member.post(f"{BASE}/runs/{run.pk}/cancel/")
+    assert cancelled.status_code == 202 and cancelled.json()["status"] == "cancelled"
+    run = Run.dangerously_unscoped_objects.get(pk=run.pk)
+    assert run.status == "cancelled" and run.error == "cancelled while waiting for approval"
+    # Nobody can decide its approval any more, and the run does not come back.
+    (listed,) = member.get(f"{BASE}/runs/{run.pk}/approvals/").json()
+    assert listed["status"] == "expired" and listed["reason"] == "the run was cancelled"
+    rejected = member.post(
+        f"{BASE}/runs/{run.pk}/approvals/", {"approval": approval.pk, "decision": "reject"}, format="json"
+    )
+    assert rejected.status_code == 409
+    assert rejected.json()["error"]["message"] == "this approval is already expired (the run was cancelled)"
+    run, _ = _continue_without_tool(tenant, run)
+    assert run.status == "cancelled"
+
+
+def _continue_without_tool(tenant, run):
+    with organization_scope(tenant.organization):
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        return run, ToolCall.objects.filter(run=run).count()
+
+
+def test_recovery_ends_a_run_left_queued_or_waiting_with_a_cancel_pending(tenant):
+    """Runs an earlier version left behind: cancelled while waiting, then queued again
+    by the decision (or still waiting). Recovery ends them at once, asking no model."""
+    from runs.services.execute import stalled_run_ids
+
+    queued, approval = _waiting_run(tenant)
+    waiting, _ = _waiting_run(tenant, name="calc-2")
+    Approval.dangerously_unscoped_objects.filter(pk=approval.pk).update(status="rejected")
+    Run.dangerously_unscoped_objects.filter(pk=queued.pk).update(status="queued", cancel_requested=True)
+    Run.dangerously_unscoped_objects.filter(pk=waiting.pk).update(cancel_requested=True)
+
+    stalled = stalled_run_ids()
+    assert sorted(stalled) == sorted([(tenant.organization.pk, queued.pk), (tenant.organization.pk, waiting.pk)])
+    for _organization_id, run_id in stalled:
+        with organization_scope(tenant.organization):
+            run_execute(run_id=run_id)
+    queued = Run.dangerously_unscoped_objects.get(pk=queued.pk)
+    waiting = Run.dangerously_unscoped_objects.get(pk=waiting.pk)
+    assert (queued.status, queued.error) == ("cancelled", "cancelled")
+    assert (waiting.status, waiting.error) == ("cancelled", "cancelled while waiting for approval")
+    assert queued.llm_call_count == waiting.llm_call_count == 1, "no model call after the cancellation"
+    assert Approval.dangerously_unscoped_objects.filter(run=waiting, status="pending").count() == 0
+    assert stalled_run_ids() == []
+
+
+def test_a_cancel_that_lands_while_the_run_starts_waiting_ends_it(tenant, monkeypatch):
+    """The cancel finds the run still running (only asks it to stop); the worker then
+    parks it waiting for approval, sees the cancellation, and ends it."""
+    from runs.services import execute
+    from runs.services.execute import run_cancel
+
+    request_approval = execute.approval_request
+
+    def cancelled_meanwhile(*, run, call):
+        run_cancel(run=Run.objects.get(pk=run.pk), actor=tenant.member)
+        return request_approval(run=run, call=call)
+
+    monkeypatch.setattr(execute, "approval_request", cancelled_meanwhile)
+    with organization_scope(tenant.organization):
+        agent = agent_create(
+            project=tenant.project,
+            actor=None,
+            name="calc",
+            model="offline",
+            tools=["calculator"],
+            approval_tools=["calculator"],
+        )
+        run = run_start(project=tenant.project, agent=agent, actor=tenant.member, input="What is 6 * 7?")
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        approval = Approval.objects.get(run=run)
+    assert run.status == "cancelled" and run.error == "cancelled while waiting for approval"
+    assert approval.status == "expired" and approval.reason == "the run was cancelled"

@@ -293,3 +293,176 @@ def test_a_queued_run_no_worker_took_is_handed_out_again(tenant):
         run_execute(run_id=run.pk)
         run.refresh_from_db()
     assert run.status == "succeeded"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_dies_right_after_storing_the_final_answer_does_not_pay_for_it_again(
+    tenant, fake_mistral, monkeypatch
+):
+    """The worker is killed the moment the final answer's step is committed: recovery
+    finds the run ended with that answer, and the model is not asked again."""
+    from datetime import timedelta
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    from runs.services import execute
+
+    fake_mistral.reply(completion(tool_calls=[("c1", "calculator", {"expression": "6*7"})]))
+    fake_mistral.reply(completion(content="42"))
+    fake_mistral.reply(completion(content="paid for twice"))
+    monkeypatch.setattr(execute, "_enqueue", lambda *args: None)  # this test is the worker
+    store_answer = execute._store_answer
+
+    def store_then_die_at_commit(run, state, step, spec, provider, started, parameters, result, position):
+        store_answer(run, state, step, spec, provider, started, parameters, result, position)
+        if not result.tool_calls:
+
+            def die():
+                raise SystemExit("the worker was killed")
+
+            transaction.on_commit(die)
+
+    with organization_scope(tenant.organization):
+        _use_fake_mistral(tenant, fake_mistral)
+        run = _start(tenant, model="mistral-small-latest")
+        monkeypatch.setattr(execute, "_store_answer", store_then_die_at_commit)
+        with pytest.raises(SystemExit):
+            run_execute(run_id=run.pk)
+        monkeypatch.undo()
+        # Recovery, once the dead worker's heartbeat is old.
+        Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(minutes=10))
+        for _organization_id, run_id in execute.stalled_run_ids():
+            run_execute(run_id=run_id)
+        run.refresh_from_db()
+        llm_steps = Step.objects.filter(run=run, kind="llm").count()
+    assert run.status == "succeeded" and run.output == "42"
+    assert len(fake_mistral.requests) == 2, "the stored final answer was not asked for again"
+    assert run.llm_call_count == 2 and llm_steps == 2
+
+
+def test_cancelling_a_running_run_ends_it_after_the_step_in_progress(tenant, fake_mistral, monkeypatch):
+    import dataclasses
+
+    from runs.tools.builtins import BUILTIN_TOOLS
+
+    fake_mistral.reply(completion(tool_calls=[("c1", "calculator", {"expression": "6*7"})]))
+    fake_mistral.reply(completion(content="never asked for"))
+    real = BUILTIN_TOOLS["calculator"]
+
+    def cancelled_meanwhile(arguments, context):
+        # A person cancels the run while its tool runs.
+        run_cancel(run=Run.objects.get(pk=context.run_id), actor=tenant.member)
+        return real.call(arguments, context)
+
+    monkeypatch.setitem(BUILTIN_TOOLS, "calculator", dataclasses.replace(real, call=cancelled_meanwhile))
+    with organization_scope(tenant.organization):
+        _use_fake_mistral(tenant, fake_mistral)
+        run = _start(tenant, model="mistral-small-latest")
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        steps = sorted(Step.objects.filter(run=run).values_list("span_id", flat=True))
+    assert run.status == "cancelled" and run.error == "cancelled"
+    assert steps == ["llm-1", "root", "tool-1-0"], "the tool's step is kept; no model call after it"
+    assert len(fake_mistral.requests) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_a_run_while_the_model_streams_stops_reading_the_answer(tenant, fake_mistral, celery_worker):
+    # About 40 s of answer, three words every 0.2 s: the run must end long before that.
+    fake_mistral.reply(completion(content="word " * 600), chunk_delay=0.2)
+    with organization_scope(tenant.organization):
+        _use_fake_mistral(tenant, fake_mistral)
+        run = _start(tenant, model="mistral-small-latest", tools=[])
+    deadline = time.monotonic() + 30
+    while not fake_mistral.requests and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake_mistral.requests, "the worker never called the model"
+    with organization_scope(tenant.organization):
+        run_cancel(run=run, actor=tenant.member)
+    deadline = time.monotonic() + 20
+    while (status := Run.dangerously_unscoped_objects.get(pk=run.pk).status) == "running":
+        assert time.monotonic() < deadline, "the run still streams its answer after the cancellation"
+        time.sleep(0.1)
+    run.refresh_from_db()
+    step = Step.dangerously_unscoped_objects.get(run=run, span_id="llm-1")
+    assert status == "cancelled" and run.error == "cancelled" and run.output is None
+    assert step.status == "error" and step.error == "cancelled while the model was answering"
+
+
+def test_a_run_that_kills_its_worker_every_time_fails_after_the_attempts_limit(tenant, fake_mistral, monkeypatch):
+    """Each attempt makes a paid model call, then the worker dies (as an out-of-memory
+    kill would): after RUN_MAX_ATTEMPTS attempts recovery fails the run, saying why."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from runs.services import execute
+
+    assert settings.RUN_MAX_ATTEMPTS == 3
+    for _ in range(5):
+        fake_mistral.reply(completion(tool_calls=[("c1", "calculator", {"expression": "6*7"})]))
+
+    def die(*args, **kwargs):
+        raise SystemExit("the worker was killed")
+
+    monkeypatch.setattr(execute, "_store_answer", die)
+    with organization_scope(tenant.organization):
+        _use_fake_mistral(tenant, fake_mistral)
+        run = _start(tenant, model="mistral-small-latest")
+        with pytest.raises(SystemExit):
+            run_execute(run_id=run.pk)  # the first attempt
+        for _attempt in (2, 3, 4):
+            Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(minutes=10))
+            assert execute.stalled_run_ids() == [(tenant.organization.pk, run.pk)]
+            try:
+                run_execute(run_id=run.pk)  # recovery hands it to a worker again
+            except SystemExit:
+                continue
+        run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error == (
+        "given up after 3 attempts: the worker executing the run stopped (killed or crashed) during each of them, "
+        "so it is not tried again (RUN_MAX_ATTEMPTS is 3)"
+    )
+    assert len(fake_mistral.requests) == 3, "one paid model call per attempt, and no fourth attempt"
+    assert execute.stalled_run_ids() == []
+
+
+def test_a_model_endpoint_that_refuses_connections_fails_the_run_after_a_few_attempts(tenant, monkeypatch):
+    """A dead endpoint must not hold a worker for the SDK's whole backoff budget (about
+    75 s): connections are counted where they are made, in the socket layer."""
+    import socket
+
+    from agentops.services.secrets import provider_secret_set
+
+    with socket.socket() as probe:  # a port nothing listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    attempts = []
+    create_connection = socket.create_connection
+
+    def counted(address, *args, **kwargs):
+        if tuple(address)[1] == port:
+            attempts.append(address)
+        return create_connection(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", counted)
+    with organization_scope(tenant.organization):
+        provider_secret_set(
+            organization=tenant.organization,
+            actor=None,
+            provider="mistral",
+            api_key="sk-test-key-123456",
+            base_url=f"http://127.0.0.1:{port}",
+        )
+        run = _start(tenant, model="mistral-small-latest", tools=[])
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        failing = Step.objects.get(run=run, span_id="llm-1")
+    assert run.status == "failed"
+    assert len(attempts) == 3, "three connection attempts, not the SDK's backoff budget's worth"
+    assert run.error.startswith(f"step 1: calling Mistral failed: cannot connect to http://127.0.0.1:{port} (")
+    assert "Connection refused" in run.error and run.error.endswith("; 3 attempts)")
+    assert failing.status == "error"

@@ -382,3 +382,67 @@ def test_replay_form_errors_and_roles(tenant, fake_mistral, client_for):
     assert "The replay was not started" in response.content.decode() and "Repeat" in response.content.decode()
     with organization_scope(tenant.organization):
         assert not Run.objects.filter(replay_of=source).exists()
+
+
+def test_a_call_approved_with_edited_arguments_is_replayed_from_the_recording_without_asking_again(
+    tenant, fake_mistral, live_calculator_calls
+):
+    from runs.models import Approval
+    from runs.services.approvals import approval_decide
+
+    with organization_scope(tenant.organization):
+        fake_mistral.reply(completion(tool_calls=[CALC]))
+        fake_mistral.reply(completion(content="It is 42."))
+        _use_fake_mistral(tenant, fake_mistral)
+        agent = agent_create(
+            project=tenant.project,
+            actor=tenant.member,
+            name="approved-calc",
+            model="mistral-large-latest",
+            tools=["calculator"],
+            approval_tools=["calculator"],
+        )
+        source = _execute(run_start(project=tenant.project, agent=agent, actor=tenant.member, input="What is 6*7?"))
+        assert source.status == "waiting"
+        approval_decide(
+            approval=Approval.objects.get(run=source),
+            actor=tenant.member,
+            approve=True,
+            arguments={"expression": "2*21"},
+        )
+        source = _execute(source)
+        assert source.status == "succeeded", source.error
+        assert live_calculator_calls == [{"expression": "2*21"}]
+
+        # The replays' model asks for the call as the source's model did, before the edit.
+        for _ in range(2):
+            fake_mistral.reply(completion(tool_calls=[("other_id", "calculator", {"expression": "6*7"})]))
+            fake_mistral.reply(completion(content="Forty-two."))
+        replays = [_execute(replay) for replay in replay_start(source=source, actor=tenant.member, repeat=2)]
+        calls = [ToolCall.objects.get(run=replay) for replay in replays]
+        steps = [Step.objects.get(run=replay, kind="tool") for replay in replays]
+        approvals = Approval.objects.filter(run__in=replays).count()
+        (group,) = replay_groups(source)
+
+    assert [replay.status for replay in replays] == ["succeeded", "succeeded"], [r.error for r in replays]
+    assert approvals == 0, "no person is asked again"
+    assert live_calculator_calls == [{"expression": "2*21"}], "served from the recording"
+    for call, step in zip(calls, steps, strict=True):
+        assert call.arguments == {"expression": "2*21"} and call.result == {"expression": "2*21", "result": 42}
+        assert step.attributes["served"] == "recorded" and step.attributes["recorded_call_id"] == "call_1"
+        assert step.attributes["requested_arguments"] == {"expression": "6*7"}
+    assert group["agreement"] == 1.0
+
+
+def test_failed_replays_never_count_as_agreeing(tenant, fake_mistral):
+    with organization_scope(tenant.organization):
+        source = _source(tenant, fake_mistral, completion(content="42"), tools=())
+        fake_mistral.reply(completion(content="42"))
+        fake_mistral.reply({"message": "bad request"}, status=400)
+        fake_mistral.reply({"message": "bad request"}, status=400)
+        replays = replay_start(source=source, actor=tenant.member, repeat=3)
+        statuses = [_execute(replay).status for replay in replays]
+        (group,) = replay_groups(source)
+    assert statuses == ["succeeded", "failed", "failed"]
+    assert group["ended"] == 3 and group["succeeded"] == 1
+    assert group["agreement"] == round(1 / 3, 4) and group["distinct_outputs"] == 1

@@ -14,7 +14,7 @@ from django.utils import timezone
 from agentops.scoping import organization_scope
 from runs.models import Message, Run, Step
 from runs.services.agents import agent_create
-from runs.services.execute import run_cancel, run_start, stalled_run_ids
+from runs.services.execute import run_cancel, run_execute, run_start, stalled_run_ids
 from runs.tasks import recover_stalled_runs
 from tests.fake_mistral import completion
 from tests.worker_process import kill, worker_process
@@ -151,3 +151,39 @@ def test_run_cancelled_after_its_worker_was_killed_ends_cancelled(tenant, fake_m
     assert run.status == "cancelled" and run.error == "cancelled"
     assert len(fake_mistral.requests) == 2  # no model call after the cancellation
     assert _steps(run) == [("llm-1", "llm"), ("root", "agent"), ("tool-1-0", "tool")]
+
+
+def test_a_run_that_kills_its_worker_on_every_attempt_fails_after_the_attempts_limit(
+    tenant, fake_mistral, tmp_path, settings
+):
+    """Each attempt's worker process is SIGKILLed while it waits for the model (as an
+    out-of-memory kill would): after RUN_MAX_ATTEMPTS (3) attempts, recovery fails the run
+    instead of paying for a fourth model call."""
+    for _ in range(4):
+        fake_mistral.reply(completion(content="never delivered"), delay=NEVER_DELIVERED_SECONDS)
+    settings.RUN_STALL_SECONDS = 1  # this process's recovery; the workers get the same
+    run = None
+    for attempt in (1, 2, 3):
+        log = tmp_path / f"worker-{attempt}.log"
+        with worker_process(log, name=f"doomed{attempt}", RUN_STALL_SECONDS="1") as worker:
+            if run is None:
+                run = _start_run(tenant, fake_mistral)
+            else:
+                stalled = [(tenant.organization.pk, run.pk)]
+                _wait_for(lambda stalled=stalled: stalled_run_ids() == stalled, "the run to stall")
+                assert recover_stalled_runs() == 1  # hands it to the worker process
+            try:
+                _wait_for(lambda n=attempt: len(fake_mistral.requests) == n, f"attempt {attempt}'s model call")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; the worker's log:\n{log.read_text()[-3000:]}") from None
+            kill(worker)
+        assert _run(run.pk).status == "running"
+
+    _wait_for(lambda: stalled_run_ids() == [(tenant.organization.pk, run.pk)], "the run to stall")
+    with organization_scope(tenant.organization):
+        run_execute(run_id=run.pk)  # what the recovery task's execute_run does on a worker
+    run = _run(run.pk)
+    assert run.status == "failed"
+    assert run.error.startswith("given up after 3 attempts: the worker executing the run stopped")
+    assert len(fake_mistral.requests) == 3, "no fourth paid model call"
+    assert stalled_run_ids() == []
