@@ -1,6 +1,7 @@
 """Live updates of the job pages: a job's status block (status, timeline, cost) when
-it changes, and new log lines appended to its log tail as they arrive. Sent only while
-a page of the project is open; a page that reconnects re-renders from PostgreSQL."""
+it changes, and new log lines appended to its log tail as they arrive. Sent to the job's
+topic (``job:<id>``) only while a page of the job is open; a page that reconnects
+re-renders from PostgreSQL."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ MAX_LINES_PER_MESSAGE = 500
 
 def _job(job_id: int) -> Job | None:
     job = Job.objects.select_related("project__organization", "backend").filter(pk=job_id).first()
-    if job is None or not live.has_listeners(project=job.project):
+    if job is None or not live.has_listeners(project=job.project, topic=live.topic("job", job_id)):
         return None
     return job
 
@@ -35,7 +36,13 @@ def announce_job(*, job_id: int) -> None:
     except Exception:  # noqa: BLE001 - best effort: the page re-renders from the database
         logger.warning("could not render job %s", job_id, exc_info=True)
         return
-    live.announce(project=job.project, event="job.status", html=html, data={"job": job_id, "status": job.status})
+    live.announce(
+        project=job.project,
+        topic=live.topic("job", job_id),
+        event="job.status",
+        html=html,
+        data={"job": job_id, "status": job.status},
+    )
 
 
 def announce_log_lines(*, job_id: int, first: int, last: int) -> None:
@@ -50,4 +57,10 @@ def announce_log_lines(*, job_id: int, first: int, last: int) -> None:
     except Exception:  # noqa: BLE001 - best effort, as above
         logger.warning("could not render job %s log lines", job_id, exc_info=True)
         return
-    live.announce(project=job.project, event="job.log", html=html, data={"job": job_id, "last": last})
+    live.announce(
+        project=job.project,
+        topic=live.topic("job", job_id),
+        event="job.log",
+        html=html,
+        data={"job": job_id, "last": last},
+    )

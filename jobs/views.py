@@ -24,6 +24,7 @@ from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpRespon
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from agentops import live
 from agentops.errors import ServiceError
 from agentops.pages import Need, OrganizationPage, ProjectPage
 from evals.exports import streaming_body
@@ -256,6 +257,7 @@ class JobPage(ProjectPage):
                     "cancel": reverse("jobs:cancel", kwargs=kwargs),
                 },
             },
+            live_topics=[live.topic("job", job.pk)],
         )
 
 
