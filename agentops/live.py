@@ -66,6 +66,8 @@ TOPICS: dict[str, TopicKind] = {
     "experiment-result": TopicKind("project", "work:read", takes_id=True),
     # One job's page: its status block and log tail.
     "job": TopicKind("project", "work:read", takes_id=True),
+    # One job's row, in the jobs list.
+    "job-row": TopicKind("project", "work:read", takes_id=True),
 }
 
 # A page names at most this many topics (a runs list: its 50 rows and the list itself).

@@ -87,8 +87,8 @@ class JobFilterForm(forms.Form):
 
 
 class JobsIndexPage(ProjectPage):
-    """The project's jobs, newest first, filtered by status and kind; a row refreshes
-    itself when its job's status changes (the page listens to the project's events)."""
+    """The project's jobs, newest first, filtered by status and kind; a row is replaced
+    when its job's status changes (the page hears its rows' topics, jobs/live.py)."""
 
     permissions = {"GET": READ}
 
@@ -106,6 +106,7 @@ class JobsIndexPage(ProjectPage):
                 "page_query": urlencode(query),
                 "any_jobs": bool(query) or page.paginator.count > 0,
             },
+            live_topics=[live.topic("job-row", job.pk) for job in page],
         )
 
 
