@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -13,6 +14,8 @@ from django.contrib.auth import get_user_model
 from agentops import live
 from agentops.access import resolve_organization, resolve_project
 from agentops.errors import NotFound
+
+logger = logging.getLogger(__name__)
 
 # Close codes (4000-4999 are for applications): "you may not watch this", and a socket
 # URL naming topics that do not exist.
@@ -106,7 +109,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         # Through the consumer's own channel, so a re-check never runs beside another.
         while True:
             await asyncio.sleep(settings.LIVE_RECHECK_SECONDS)
-            await self.channel_layer.send(self.channel_name, {"type": "access.changed"})
+            try:
+                await self.channel_layer.send(self.channel_name, {"type": "access.changed"})
+            except Exception:  # noqa: BLE001 - the layer is down: no event arrives either; try again later
+                logger.warning("could not schedule the access re-check of %s", self.channel_name, exc_info=True)
 
     async def access_changed(self, message):
         """Check the access again: close, or leave and join topics to match the role."""
@@ -114,15 +120,20 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return  # already closed
         groups = await self._allowed_groups()
         if groups is None:
+            self._stop_rechecks()
             await self._leave(set(self.joined))
             await self.close(code=CLOSE_FORBIDDEN)
             return
         await self._leave(self.joined - groups)
         await self._join(groups)
 
-    async def disconnect(self, code):
+    def _stop_rechecks(self) -> None:
         if getattr(self, "recheck_task", None) is not None:
             self.recheck_task.cancel()
+            self.recheck_task = None
+
+    async def disconnect(self, code):
+        self._stop_rechecks()
         await self._leave(set(getattr(self, "joined", set())))
 
     async def receive_json(self, content, **kwargs):
