@@ -14,6 +14,7 @@ a method without an entry answers 405. Subclasses never override ``dispatch``
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from django.contrib.auth.views import redirect_to_login
@@ -22,7 +23,7 @@ from django.shortcuts import render
 from django.template.response import SimpleTemplateResponse
 from django.views import View
 
-from agentops import selectors
+from agentops import live, selectors
 from agentops.access import Access, resolve_organization, resolve_project
 from agentops.errors import Forbidden, NotFound
 from agentops.scoping import organization_scope, reset_scope
@@ -129,11 +130,13 @@ class OrganizationPage(View):
     def ip(self) -> str | None:
         return client_ip(self.request)
 
-    def live_url(self) -> str:
-        return f"/ws/o/{self.organization.slug}/"
+    def live_url(self, topics: Iterable[str] = ()) -> str:
+        """The page's live socket, naming the ``topics`` it shows (agentops/live.py)."""
+        return live.live_path(org_slug=self.organization.slug, topics=topics)
 
-    def page_context(self) -> dict:
-        """What the layout needs on every page of the organization."""
+    def page_context(self, *, live_topics: Iterable[str] = ()) -> dict:
+        """What the layout needs on every page of the organization. ``live_topics``: the
+        parts of the page that live events update (none: only the top bar's names)."""
         return {
             "access": self.access,
             "organization": self.organization,
@@ -141,12 +144,17 @@ class OrganizationPage(View):
             "project": self.access.project,
             "can": Can(self.access),
             "nav_projects": selectors.project_list(organization=self.organization),
-            "live_url": self.live_url(),
+            "live_url": self.live_url(live_topics),
         }
 
-    def render_page(self, template: str, context: dict | None = None, *, status: int = 200) -> HttpResponse:
-        """Render ``template`` now, inside the organization's scope."""
-        return render(self.request, template, {**self.page_context(), **(context or {})}, status=status)
+    def render_page(
+        self, template: str, context: dict | None = None, *, status: int = 200, live_topics: Iterable[str] = ()
+    ) -> HttpResponse:
+        """Render ``template`` now, inside the organization's scope; its socket hears the
+        events of ``live_topics``."""
+        return render(
+            self.request, template, {**self.page_context(live_topics=live_topics), **(context or {})}, status=status
+        )
 
 
 class ProjectPage(OrganizationPage):
@@ -160,5 +168,5 @@ class ProjectPage(OrganizationPage):
     def project(self):
         return self.access.project
 
-    def live_url(self) -> str:
-        return f"/ws/o/{self.organization.slug}/p/{self.project.slug}/"
+    def live_url(self, topics: Iterable[str] = ()) -> str:
+        return live.live_path(org_slug=self.organization.slug, project_slug=self.project.slug, topics=topics)

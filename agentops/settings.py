@@ -121,6 +121,10 @@ if RUN_MAX_ATTEMPTS < 1:
 # updates nobody sees); the answer is kept this long. A page opened meanwhile misses at
 # most this much, and it re-reads what it shows when its socket opens.
 LIVE_LISTENERS_CACHE_SECONDS = env_float("LIVE_LISTENERS_CACHE_SECONDS", 1.0)
+# An open live socket checks its user's access again this often (seconds), besides at
+# once when a membership service changes it: this catches changes made around the
+# services (the Django admin, a user deactivated), closing or narrowing the socket.
+LIVE_RECHECK_SECONDS = env_float("LIVE_RECHECK_SECONDS", 15.0)
 
 # How long a tool call waiting for a person's approval waits before it expires.
 APPROVAL_TIMEOUT_MINUTES = env_int("APPROVAL_TIMEOUT_MINUTES", 60)

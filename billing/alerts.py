@@ -180,14 +180,16 @@ def deliver(alert: BudgetAlert, *, budget: Budget | None) -> dict:
 
 
 def _deliver_in_app(organization, alert: BudgetAlert) -> str:
+    # Shown on open billing pages, under the heading of their Alerts card; only those
+    # allowed to see billing have it open with this topic (agentops/live.py TOPICS).
     html = format_html(
-        '<div id="billing-alerts" hx-swap-oob="afterbegin"><div class="alert alert-{}" role="alert">{}</div></div>',
+        '<div hx-swap-oob="afterend:#alerts > h2"><div class="alert alert-{}" role="alert">{}</div></div>',
         alert.kind,
         alert.message,
     )
     data = {"id": alert.pk, "kind": alert.kind, "threshold": alert.threshold, "message": alert.message}
     # announce() logs and swallows delivery failures itself.
-    live.announce(organization=organization, event="billing.alert", html=html, data=data)
+    live.announce(organization=organization, topic=live.topic("billing"), event="billing.alert", html=html, data=data)
     return "sent"
 
 

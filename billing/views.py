@@ -12,6 +12,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
+from agentops import live
 from agentops.errors import ServiceError
 from agentops.pages import Need, OrganizationPage
 from billing import spend
@@ -111,6 +112,7 @@ class BillingIndexPage(OrganizationPage):
                 ),
                 "budget_form": BudgetForm(organization=self.organization),
             },
+            live_topics=[live.topic("billing")],  # budget alerts, as they are raised
         )
 
 

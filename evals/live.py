@@ -1,7 +1,8 @@
 """Live updates of an experiment's page: after each scored item, the progress block
 (counts, running means) and the item's row; when it ends, the progress block with the
-final numbers. Sent only while a page of the project is open; pages that reconnect
-re-render from PostgreSQL."""
+final numbers. The block goes to the experiment's topic and each row to its result's,
+so a page gets only the rows it shows, and only while such a page is open; pages that
+reconnect re-render from PostgreSQL."""
 
 from __future__ import annotations
 
@@ -30,52 +31,60 @@ def _context(experiment: Experiment) -> dict:
     }
 
 
-def announce_result(*, experiment_id: int, result_id: int) -> None:
-    """Send the progress block and the row of result ``result_id`` (organization in scope)."""
-    experiment = Experiment.objects.select_related("project__organization").filter(pk=experiment_id).first()
-    if experiment is None or not live.has_listeners(project=experiment.project):
+def _send(experiment: Experiment, *, event: str, progress: bool, result_ids: list[int], data: dict) -> None:
+    """Render and send the progress block (topic ``experiment:<id>``) and the rows of
+    ``result_ids`` (each to ``experiment-result:<id>``, the pages showing that row), each
+    only when an open page shows it."""
+    project = experiment.project
+    wanted = [live.topic("experiment-result", pk) for pk in result_ids]
+    if progress:
+        wanted.append(live.topic("experiment", experiment.pk))
+    listening = live.listening_topics(project=project, topics=wanted)
+    if not listening:
         return
     try:
-        result = ExperimentResult.objects.select_related("item").get(pk=result_id)
         context = _context(experiment)
-        html = render_to_string("evals/_experiment_progress.html", context) + render_to_string(
-            "evals/_experiment_result_row.html", {**context, "result": result}
-        )
+        messages = []
+        if live.topic("experiment", experiment.pk) in listening:
+            messages.append(
+                (live.topic("experiment", experiment.pk), render_to_string("evals/_experiment_progress.html", context))
+            )
+        shown = [pk for pk in result_ids if live.topic("experiment-result", pk) in listening]
+        for result in ExperimentResult.objects.select_related("item").filter(pk__in=shown).order_by("id"):
+            html = render_to_string("evals/_experiment_result_row.html", {**context, "result": result})
+            messages.append((live.topic("experiment-result", result.pk), html))
     except Exception:  # noqa: BLE001 - live updates are best effort; the page re-renders from the database
-        logger.warning("could not render experiment %s progress", experiment_id, exc_info=True)
+        logger.warning("could not render experiment %s progress", experiment.pk, exc_info=True)
         return
-    live.announce(project=experiment.project, event=EVENT, html=html, data={"experiment": experiment_id})
+    for topic, html in messages:
+        live.announce(project=project, topic=topic, event=event, html=html, data=data)
+
+
+def _experiment(experiment_id: int) -> Experiment | None:
+    return Experiment.objects.select_related("project__organization").filter(pk=experiment_id).first()
+
+
+def announce_result(*, experiment_id: int, result_id: int) -> None:
+    """Send the progress block and the row of result ``result_id`` (organization in scope)."""
+    experiment = _experiment(experiment_id)
+    if experiment is not None:
+        _send(experiment, event=EVENT, progress=True, result_ids=[result_id], data={"experiment": experiment_id})
 
 
 def announce_started(*, experiment_id: int, result_ids: list[int]) -> None:
     """Send the rows of items that just started (shown as running)."""
-    experiment = Experiment.objects.select_related("project__organization").filter(pk=experiment_id).first()
-    if experiment is None or not result_ids or not live.has_listeners(project=experiment.project):
-        return
-    try:
-        context = _context(experiment)
-        html = render_to_string("evals/_experiment_progress.html", context) + "".join(
-            render_to_string("evals/_experiment_result_row.html", {**context, "result": result})
-            for result in ExperimentResult.objects.select_related("item").filter(pk__in=result_ids).order_by("id")
-        )
-    except Exception:  # noqa: BLE001 - best effort, as above
-        logger.warning("could not render experiment %s rows", experiment_id, exc_info=True)
-        return
-    live.announce(project=experiment.project, event=EVENT, html=html, data={"experiment": experiment_id})
+    experiment = _experiment(experiment_id)
+    if experiment is not None and result_ids:
+        _send(experiment, event=EVENT, progress=True, result_ids=result_ids, data={"experiment": experiment_id})
 
 
 def announce_ended(*, experiment_id: int) -> None:
-    experiment = Experiment.objects.select_related("project__organization").filter(pk=experiment_id).first()
-    if experiment is None or not live.has_listeners(project=experiment.project):
-        return
-    try:
-        html = render_to_string("evals/_experiment_progress.html", _context(experiment))
-    except Exception:  # noqa: BLE001 - best effort, as above
-        logger.warning("could not render experiment %s end", experiment_id, exc_info=True)
-        return
-    live.announce(
-        project=experiment.project,
-        event="experiment.ended",
-        html=html,
-        data={"experiment": experiment_id, "status": experiment.status},
-    )
+    experiment = _experiment(experiment_id)
+    if experiment is not None:
+        _send(
+            experiment,
+            event="experiment.ended",
+            progress=True,
+            result_ids=[],
+            data={"experiment": experiment_id, "status": experiment.status},
+        )

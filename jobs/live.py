@@ -1,6 +1,7 @@
 """Live updates of the job pages: a job's status block (status, timeline, cost) when
-it changes, and new log lines appended to its log tail as they arrive. Sent only while
-a page of the project is open; a page that reconnects re-renders from PostgreSQL."""
+it changes, and new log lines appended to its log tail as they arrive, sent to the job's
+topic (``job:<id>``); and its row to the lists showing it (``job-row:<id>``). Each only
+while such a page is open; a page that reconnects re-renders from PostgreSQL."""
 
 from __future__ import annotations
 
@@ -16,30 +17,37 @@ logger = logging.getLogger(__name__)
 MAX_LINES_PER_MESSAGE = 500
 
 
-def _job(job_id: int) -> Job | None:
+def _job(job_id: int, *topics: str) -> tuple[Job | None, set[str]]:
+    """The job and which of its ``topics`` an open page shows (None when none does)."""
     job = Job.objects.select_related("project__organization", "backend").filter(pk=job_id).first()
-    if job is None or not live.has_listeners(project=job.project):
-        return None
-    return job
+    if job is None:
+        return None, set()
+    listening = live.listening_topics(project=job.project, topics=topics)
+    return (job if listening else None), listening
 
 
 def announce_job(*, job_id: int) -> None:
-    job = _job(job_id)
+    """Send the job's status block to its page and its row to the lists showing it."""
+    page, row = live.topic("job", job_id), live.topic("job-row", job_id)
+    job, listening = _job(job_id, page, row)
     if job is None:
         return
+    context = {"organization": job.project.organization, "project": job.project, "job": job, "oob": True}
     try:
-        html = render_to_string(
-            "jobs/_status.html",
-            {"organization": job.project.organization, "project": job.project, "job": job, "oob": True},
-        )
+        messages = [(page, render_to_string("jobs/_status.html", context))] if page in listening else []
+        if row in listening:
+            messages.append((row, render_to_string("jobs/_row.html", context)))
     except Exception:  # noqa: BLE001 - best effort: the page re-renders from the database
         logger.warning("could not render job %s", job_id, exc_info=True)
         return
-    live.announce(project=job.project, event="job.status", html=html, data={"job": job_id, "status": job.status})
+    for topic, html in messages:
+        live.announce(
+            project=job.project, topic=topic, event="job.status", html=html, data={"job": job_id, "status": job.status}
+        )
 
 
 def announce_log_lines(*, job_id: int, first: int, last: int) -> None:
-    job = _job(job_id)
+    job, _ = _job(job_id, live.topic("job", job_id))
     if job is None:
         return
     lines = list(
@@ -50,4 +58,10 @@ def announce_log_lines(*, job_id: int, first: int, last: int) -> None:
     except Exception:  # noqa: BLE001 - best effort, as above
         logger.warning("could not render job %s log lines", job_id, exc_info=True)
         return
-    live.announce(project=job.project, event="job.log", html=html, data={"job": job_id, "last": last})
+    live.announce(
+        project=job.project,
+        topic=live.topic("job", job_id),
+        event="job.log",
+        html=html,
+        data={"job": job_id, "last": last},
+    )

@@ -24,6 +24,7 @@ from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpRespon
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from agentops import live
 from agentops.errors import ServiceError
 from agentops.pages import Need, OrganizationPage, ProjectPage
 from evals.exports import streaming_body
@@ -86,8 +87,8 @@ class JobFilterForm(forms.Form):
 
 
 class JobsIndexPage(ProjectPage):
-    """The project's jobs, newest first, filtered by status and kind; a row refreshes
-    itself when its job's status changes (the page listens to the project's events)."""
+    """The project's jobs, newest first, filtered by status and kind; a row is replaced
+    when its job's status changes (the page hears its rows' topics, jobs/live.py)."""
 
     permissions = {"GET": READ}
 
@@ -105,6 +106,7 @@ class JobsIndexPage(ProjectPage):
                 "page_query": urlencode(query),
                 "any_jobs": bool(query) or page.paginator.count > 0,
             },
+            live_topics=[live.topic("job-row", job.pk) for job in page],
         )
 
 
@@ -256,6 +258,7 @@ class JobPage(ProjectPage):
                     "cancel": reverse("jobs:cancel", kwargs=kwargs),
                 },
             },
+            live_topics=[live.topic("job", job.pk)],
         )
 
 

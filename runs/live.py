@@ -1,20 +1,22 @@
 """Live updates of the runs pages, sent after each ingested batch.
 
-After each batch, messages go to the project's group (every member's open pages of the
-project), holding HTML fragments that htmx's ws extension swaps by id:
+After each batch, messages go to the topics the project's open pages show
+(agentops/live.py), holding HTML fragments that htmx's ws extension swaps by id:
 
-- new runs' rows, inserted at the top of the runs list (after ``#runs-head``, which only
-  the unfiltered first page in the default order has, see ``runs.views.runs_list``);
-- changed runs' rows, replacing ``#run-<id>`` wherever that row is shown;
-- a notice on lists that do not take new rows (filtered, sorted, paged), offering a
-  reload;
-- for each run, a small element that makes an open page of that run fetch its header
+- ``runs``, the runs list that takes new runs (after ``#runs-head``, which only the
+  unfiltered first page in the default order has, see ``runs.views.runs_list``): the new
+  runs' rows, inserted at its top; the page then also follows those rows;
+- ``runs-notice``, the lists that do not take new rows (filtered, sorted, paged): a
+  notice offering a reload;
+- ``run-row:<id>``, a list showing that run's row: the row, replacing ``#run-<id>``;
+- ``run:<id>``, the run's page: a small element that makes the page fetch its header
   and open tab again (``#run-refresh-<id>``), so the fragment rendered here stays small
   however large the run, and only the pages that show the run do that work.
 
-Everything in it is readable by every member of the project (runs are ``work:read``
-for all roles). Rendering is best effort: the data is already stored, and a page that
-reconnects re-renders from PostgreSQL.
+A page gets only what it has a place for, and nothing is rendered for a topic no page
+shows. Everything in it is readable by every member of the project (runs are
+``work:read`` for all roles). Rendering is best effort: the data is already stored, and
+a page that reconnects re-renders from PostgreSQL.
 """
 
 from __future__ import annotations
@@ -38,51 +40,69 @@ MAX_ROWS = 50
 MAX_REFRESHES = 200
 
 
-def render_runs_ingested(*, project, runs: list[dict]) -> list[str]:
+def render_runs_ingested(*, project, runs: list[dict], listening: set[str] | None = None) -> list[tuple[str, str]]:
     """The messages announcing ``runs`` (``[{"id", "new"}]``, as ingest reports them)
-    to the project's open pages. Call inside the project's organization scope.
+    to the project's open pages, as ``(topic, html)`` pairs; only for the topics in
+    ``listening`` when given. Call inside the project's organization scope.
 
-    Two messages, because of how HTML parses table parts at the top of a fragment: new
-    rows travel inside a ``<table>`` (inserted after the list's ``<thead>``), changed
-    rows as ``<tbody id="run-<id>">`` elements (each run's row is its own tbody); a
-    ``<tbody>`` after a ``<table>``, or a ``<tr>`` after a ``<tbody>``, would be
-    re-parsed into something else."""
+    New rows travel inside a ``<table>`` (inserted after the list's ``<thead>``), a
+    changed row as its ``<tbody id="run-<id>">`` (each run's row is its own tbody): how
+    HTML parses table parts at the top of a fragment."""
+
+    def wanted(topic: str) -> bool:
+        return listening is None or topic in listening
+
     ids = [entry["id"] for entry in runs]
     new_ids = {entry["id"] for entry in runs if entry.get("new")}
     # New runs have the highest ids: take the newest of them first, then changed ones.
-    wanted = sorted(new_ids, reverse=True)[:MAX_ROWS] + [pk for pk in ids if pk not in new_ids][:MAX_ROWS]
-    rows = list(selectors.run_list(project=project).filter(pk__in=wanted)) if wanted else []
-    context = {
-        "organization": project.organization,
-        "project": project,
-        "new_rows": [run for run in rows if run.pk in new_ids][:MAX_ROWS],
-        "changed_rows": [run for run in rows if run.pk not in new_ids][:MAX_ROWS],
-        "refresh_ids": ids[:MAX_REFRESHES],
-        "detail_prefix": reverse(
-            "runs:detail", kwargs={"org_slug": project.organization.slug, "project_slug": project.slug, "run_id": 0}
-        ).removesuffix("0/"),
-    }
-    messages = []
-    if context["new_rows"] or new_ids:
-        messages.append(render_to_string("runs/live/new_runs.html", context))
-    if context["changed_rows"] or context["refresh_ids"]:
-        messages.append(render_to_string("runs/live/changed_runs.html", context))
-    return [message.strip() for message in messages if message.strip()]
+    new_wanted = sorted(new_ids, reverse=True)[:MAX_ROWS] if wanted(live.topic("runs")) else []
+    changed_wanted = [pk for pk in ids if pk not in new_ids and wanted(live.topic("run-row", pk))][:MAX_ROWS]
+    rows = {run.pk: run for run in selectors.run_list(project=project).filter(pk__in=new_wanted + changed_wanted)}
+    context = {"organization": project.organization, "project": project}
+    messages: list[tuple[str, str]] = []
+    new_rows = [rows[pk] for pk in new_wanted if pk in rows]
+    if new_rows:
+        messages.append(
+            (live.topic("runs"), render_to_string("runs/live/new_runs.html", {**context, "new_rows": new_rows}))
+        )
+    if new_ids and wanted(live.topic("runs-notice")):
+        messages.append((live.topic("runs-notice"), render_to_string("runs/live/new_runs_notice.html", context)))
+    for pk in changed_wanted:
+        if pk in rows:
+            html = render_to_string("runs/_run_row.html", {**context, "run": rows[pk], "oob": True})
+            messages.append((live.topic("run-row", pk), html))
+    detail_prefix = reverse(
+        "runs:detail", kwargs={"org_slug": project.organization.slug, "project_slug": project.slug, "run_id": 0}
+    ).removesuffix("0/")
+    for pk in ids[:MAX_REFRESHES]:
+        if pk not in new_ids and wanted(live.topic("run", pk)):
+            html = render_to_string("runs/live/run_changed.html", {"run_id": pk, "detail_prefix": detail_prefix})
+            messages.append((live.topic("run", pk), html))
+    return [(topic, html.strip()) for topic, html in messages if html.strip()]
 
 
 def announce_runs_ingested(*, project, runs: list[dict]) -> None:
     """Render and send the update for ``runs``; never raises (see the module docstring).
-    Nothing is rendered when no page of the project is open."""
-    if not live.has_listeners(project=project):
+    Nothing is rendered for a topic no open page shows; a run stored for the first
+    time has no page nor row open anywhere but the top of the runs list."""
+    new_ids = {entry["id"] for entry in runs if entry.get("new")}
+    topics = [live.topic("runs"), live.topic("runs-notice")] if new_ids else []
+    for entry in runs[: max(MAX_REFRESHES, MAX_ROWS)]:
+        if entry["id"] not in new_ids:
+            topics += [live.topic("run-row", entry["id"]), live.topic("run", entry["id"])]
+    listening = live.listening_topics(project=project, topics=topics) if topics else set()
+    if not listening:
         return
     try:
         with organization_scope(project.organization_id):
-            messages = render_runs_ingested(project=project, runs=runs)
+            messages = render_runs_ingested(project=project, runs=runs, listening=listening)
     except Exception:  # noqa: BLE001 - a live update must never fail the ingest that stored the data
         logger.warning("could not render the live update of %d runs", len(runs), exc_info=True)
         return
-    for html in messages:
-        live.announce(project=project, event=EVENT, html=html, data={"runs": runs})
+    for topic, html in messages:
+        # The rows just put at the top of the list are the list's to follow from now on.
+        follow = [live.topic("run-row", pk) for pk in sorted(new_ids)[-MAX_ROWS:]] if topic == "runs" else []
+        live.announce(project=project, topic=topic, event=EVENT, html=html, data={"runs": runs}, follow=follow)
 
 
 STREAM_EVENT = "runs.stream"
@@ -105,7 +125,8 @@ class TextStream:
     def __init__(self, *, run, step: int, model: str, interval: float = 0.05, snapshot_every: float = 1.0):
         self.run, self.step, self.model = run, step, model
         self.interval, self.snapshot_every = interval, snapshot_every
-        self.listening = live.has_listeners(project=run.project)
+        self.topic = live.topic("run", run.pk)
+        self.listening = live.has_listeners(project=run.project, topic=self.topic)
         self.checked = time.monotonic()
         self.text: list[str] = []
         self.unsent = 0  # how many of the last pieces of ``text`` no page has had yet
@@ -123,7 +144,7 @@ class TextStream:
             if time.monotonic() - self.checked < self.snapshot_every:
                 return
             self.checked = time.monotonic()
-            self.listening = live.has_listeners(project=self.run.project)
+            self.listening = live.has_listeners(project=self.run.project, topic=self.topic)
             if not self.listening:
                 return
         if time.monotonic() - self.last_sent >= self.interval:
@@ -137,7 +158,9 @@ class TextStream:
                 f'<span id="run-stream-state-{self.run.pk}" hx-swap-oob="true" class="muted">'
                 f"answered (step {self.step})</span>"
             )
-            live.announce(project=self.run.project, event=STREAM_EVENT, html=html, data={"run": self.run.pk})
+            live.announce(
+                project=self.run.project, topic=self.topic, event=STREAM_EVENT, html=html, data={"run": self.run.pk}
+            )
 
     def _send(self) -> None:
         now = time.monotonic()
@@ -152,4 +175,6 @@ class TextStream:
             html = f'<div id="run-stream-text-{self.run.pk}" hx-swap-oob="beforeend"><span>{piece}</span></div>'
         self.unsent = 0
         self.last_sent = now
-        live.announce(project=self.run.project, event=STREAM_EVENT, html=html, data={"run": self.run.pk})
+        live.announce(
+            project=self.run.project, topic=self.topic, event=STREAM_EVENT, html=html, data={"run": self.run.pk}
+        )

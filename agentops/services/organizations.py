@@ -79,8 +79,17 @@ def organization_delete(*, organization: Organization, actor, confirm_slug: str,
     if confirm_slug != organization.slug:
         raise InvalidRequest(f"type the organization's slug '{organization.slug}' to confirm deletion")
     with transaction.atomic():
+        _recheck_live_access(Membership.objects.filter(organization=organization).values_list("user_id", flat=True))
         audit_record(organization=organization, actor=actor, action="organization.delete", target=organization, ip=ip)
         organization.delete()
+
+
+def _recheck_live_access(user_ids) -> None:
+    """Once the change is committed, make these users' open live sockets check their
+    access again, so a removed or downgraded member stops hearing what they may no
+    longer read within moments (agentops/consumers.py)."""
+    user_ids = list(user_ids)
+    transaction.on_commit(lambda: live.access_changed(user_ids))
 
 
 def _owner_count(organization: Organization) -> int:
@@ -117,6 +126,7 @@ def membership_change_role(
         old = membership.role
         membership.role = role
         membership.save(update_fields=["role"])
+        _recheck_live_access([membership.user_id])
         audit_record(
             organization=membership.organization,
             actor=actor_membership.user,
@@ -138,6 +148,7 @@ def membership_remove(*, actor_membership: Membership, membership: Membership, i
         if membership.role == Role.OWNER and _owner_count(membership.organization) <= 1:
             raise Conflict("the last owner cannot leave; make someone else owner or delete the organization")
         membership.delete()
+        _recheck_live_access([membership.user_id])
         audit_record(
             organization=membership.organization,
             actor=actor_membership.user,
@@ -165,6 +176,7 @@ def organization_transfer_ownership(
         new_owner.save(update_fields=["role"])
         actor_membership.role = Role.ADMIN
         actor_membership.save(update_fields=["role"])
+        _recheck_live_access([actor_membership.user_id, new_owner.user_id])
         audit_record(
             organization=actor_membership.organization,
             actor=actor_membership.user,
@@ -224,4 +236,7 @@ def project_delete(*, project: Project, actor, ip: str | None = None) -> None:
     """Delete a project and everything in it."""
     with transaction.atomic():
         audit_record(organization=project.organization, actor=actor, action="project.delete", target=project, ip=ip)
+        _recheck_live_access(
+            Membership.objects.filter(organization_id=project.organization_id).values_list("user_id", flat=True)
+        )
         project.delete()

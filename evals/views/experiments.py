@@ -21,6 +21,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 
+from agentops import live
 from agentops.errors import ServiceError
 from agentops.pages import Need, ProjectPage
 from evals import exports, selectors
@@ -247,6 +248,9 @@ class ExperimentPage(ProjectPage):
                     "leaderboard": reverse("evals:leaderboard", kwargs={**slugs, "dataset_id": experiment.dataset_id}),
                 },
             },
+            # Its progress block and the rows of this page of results.
+            live_topics=[live.topic("experiment", experiment.pk)]
+            + [live.topic("experiment-result", result.pk) for result in results],
         )
 
 

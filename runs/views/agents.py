@@ -20,6 +20,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
+from agentops import live
 from agentops.errors import ServiceError
 from agentops.pages import Need, ProjectPage
 from runs import selectors
@@ -195,7 +196,7 @@ class AgentDetailPage(ProjectPage):
             edit_form = AgentConfigForm(tools=tools, initial=AgentConfigForm.initial_from(current))
         if start_form is None:
             start_form = RunStartForm(versions=[version.number for version in versions], latest=current.number)
-        recent_runs = (
+        recent_runs = list(
             selectors.run_list(project=self.project)
             .filter(executed_version__agent=agent)
             .order_by("-created_at", "-id")[:RECENT_RUNS]
@@ -213,10 +214,11 @@ class AgentDetailPage(ProjectPage):
                 "missing_tools": [name for name in current.tools if name not in tools],
                 "edit_form": edit_form,
                 "start_form": start_form,
-                "recent_runs": list(recent_runs),
+                "recent_runs": recent_runs,
                 "model_suggestions": MODEL_SUGGESTIONS,
             },
             status=status,
+            live_topics=[live.topic("run-row", run.pk) for run in recent_runs],
         )
 
 

@@ -18,6 +18,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
 
+from agentops import live
 from agentops.pages import Need, ProjectPage
 from runs import selectors
 from runs.models import Approval, Run, Step
@@ -157,6 +158,7 @@ class RunDetailPage(RunPageMixin, ProjectPage):
                 "selected": selected,
                 **(step_panel_context(run, selected, self.urls(run)) if selected else {}),
             },
+            live_topics=[live.topic("run", run.pk)],
         )
 
 

@@ -7,6 +7,7 @@ from django.http import Http404, QueryDict
 from django.shortcuts import redirect
 from django.urls import reverse
 
+from agentops import live
 from agentops.errors import ServiceError
 from agentops.pages import Need, ProjectPage, otlp_endpoint
 from runs import selectors
@@ -56,6 +57,9 @@ class RunsListPage(ProjectPage):
                 "save_form": SavedViewForm(initial={"query": query}),
                 "otlp_endpoint": otlp_endpoint(request),
             },
+            # The list's top (new rows) or its reload notice, and the rows it shows.
+            live_topics=[live.topic("runs" if live_rows else "runs-notice")]
+            + [live.topic("run-row", run.pk) for run in page.rows],
         )
 
 

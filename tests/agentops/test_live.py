@@ -183,3 +183,152 @@ async def test_has_listeners_keeps_its_answer_for_the_configured_time(tenant, se
     settings.LIVE_LISTENERS_CACHE_SECONDS = 0
     assert await check(project=tenant.project) is True
     await communicator.disconnect()
+
+
+# --- Sockets follow membership and role (issue 13) -------------------------------------------
+
+
+def _membership(tenant, user):
+    from agentops.models import Membership
+    from agentops.scoping import organization_scope
+
+    with organization_scope(tenant.organization):
+        return Membership.objects.get(user=user)
+
+
+async def _api(client_for, user, method: str, url: str, body=None):
+    from asgiref.sync import sync_to_async
+
+    def call():
+        return getattr(client_for(user), method)(url, body, format="json")
+
+    return await sync_to_async(call)()
+
+
+async def _closed_with(communicator) -> int:
+    """The close code the server sends next (frames before it are skipped)."""
+    while True:
+        output = await communicator.receive_output(timeout=5)
+        if output["type"] == "websocket.close":
+            return output["code"]
+
+
+async def test_a_removed_members_open_socket_is_closed_at_once(tenant, client_for):
+    from asgiref.sync import sync_to_async
+
+    socket = await _connect(f"/ws/o/acme/p/{tenant.project.slug}/", tenant.member)
+    assert (await socket.connect())[0]
+    membership = await sync_to_async(_membership)(tenant, tenant.member)
+    response = await _api(client_for, tenant.admin, "delete", f"/api/v1/organizations/acme/members/{membership.pk}/")
+    assert response.status_code == 204
+    assert await _closed_with(socket) == CLOSE_FORBIDDEN
+    # And nothing the project announces afterwards reaches it.
+    await announce_async(project=tenant.project, event="run.created", data={"id": 8})
+    assert await socket.receive_nothing(timeout=0.5)
+    await socket.disconnect()
+
+
+async def test_a_member_removed_around_the_services_is_closed_by_the_periodic_check(tenant, settings):
+    """A membership deleted in the Django admin or a shell sends no message: the
+    consumer's own re-check (every LIVE_RECHECK_SECONDS) catches it."""
+    from asgiref.sync import sync_to_async
+
+    settings.LIVE_RECHECK_SECONDS = 0.2
+    socket = await _connect("/ws/o/acme/", tenant.member)
+    assert (await socket.connect())[0]
+    membership = await sync_to_async(_membership)(tenant, tenant.member)
+    await sync_to_async(membership.delete)()
+    assert await _closed_with(socket) == CLOSE_FORBIDDEN
+    await socket.disconnect()
+
+
+async def test_a_deactivated_users_socket_is_closed(tenant, settings):
+    from asgiref.sync import sync_to_async
+
+    settings.LIVE_RECHECK_SECONDS = 0.2
+    socket = await _connect(f"/ws/o/acme/p/{tenant.project.slug}/", tenant.viewer)
+    assert (await socket.connect())[0]
+    tenant.viewer.is_active = False
+    await sync_to_async(tenant.viewer.save)(update_fields=["is_active"])
+    assert await _closed_with(socket) == CLOSE_FORBIDDEN
+    await socket.disconnect()
+
+
+async def test_a_deleted_projects_open_pages_are_closed(tenant, client_for):
+    socket = await _connect(f"/ws/o/acme/p/{tenant.project.slug}/", tenant.viewer)
+    organization_page = await _connect("/ws/o/acme/", tenant.viewer)
+    assert (await socket.connect())[0] and (await organization_page.connect())[0]
+    response = await _api(client_for, tenant.owner, "delete", f"/api/v1/projects/acme/{tenant.project.slug}/")
+    assert response.status_code == 204
+    assert await _closed_with(socket) == CLOSE_FORBIDDEN
+    await announce_async(organization=tenant.organization, event="organization.renamed", data={"name": "x"})
+    assert (await organization_page.receive_json_from(timeout=5))["event"] == "organization.renamed"
+    await organization_page.disconnect()
+    await socket.disconnect()
+
+
+async def test_a_downgraded_admin_stops_hearing_budget_alerts_but_stays_connected(tenant, client_for):
+    from agentops.live import topic
+
+    billing = await _connect("/ws/o/acme/?topics=billing", tenant.admin)
+    assert (await billing.connect())[0]
+    await announce_async(organization=tenant.organization, topic=topic("billing"), event="billing.alert", data={"n": 1})
+    assert (await billing.receive_json_from(timeout=5))["data"] == {"n": 1}
+
+    membership = await _api(client_for, tenant.owner, "get", "/api/v1/organizations/acme/members/?page_size=10")
+    admin_id = next(row["id"] for row in membership.json()["results"] if row["role"] == "admin")
+    response = await _api(
+        client_for, tenant.owner, "patch", f"/api/v1/organizations/acme/members/{admin_id}/", {"role": "viewer"}
+    )
+    assert response.status_code == 200
+    # Still a member: the organization's events still arrive (this one also proves the
+    # socket has handled its re-check, queued before it).
+    await announce_async(organization=tenant.organization, event="organization.renamed", data={"name": "y"})
+    assert (await billing.receive_json_from(timeout=5))["event"] == "organization.renamed"
+    await announce_async(organization=tenant.organization, topic=topic("billing"), event="billing.alert", data={"n": 2})
+    assert await billing.receive_nothing(timeout=0.5)
+
+    # Made admin again, the same socket hears alerts again.
+    await _api(client_for, tenant.owner, "patch", f"/api/v1/organizations/acme/members/{admin_id}/", {"role": "admin"})
+    await announce_async(organization=tenant.organization, event="organization.renamed", data={"name": "z"})
+    assert (await billing.receive_json_from(timeout=5))["event"] == "organization.renamed"
+    await announce_async(organization=tenant.organization, topic=topic("billing"), event="billing.alert", data={"n": 3})
+    assert (await billing.receive_json_from(timeout=5))["data"] == {"n": 3}
+    await billing.disconnect()
+
+
+async def test_a_viewer_asking_for_billing_hears_the_organization_but_no_alert(tenant):
+    from agentops.live import topic
+
+    viewer = await _connect("/ws/o/acme/?topics=billing", tenant.viewer)
+    assert (await viewer.connect())[0]
+    await announce_async(organization=tenant.organization, topic=topic("billing"), event="billing.alert", data={})
+    assert await viewer.receive_nothing(timeout=0.5)
+    await viewer.disconnect()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ws/o/acme/p/agent/?topics=secrets",  # no such topic
+        "/ws/o/acme/?topics=runs",  # a project's topic on an organization's socket
+        "/ws/o/acme/p/agent/?topics=run",  # a run needs its id
+        "/ws/o/acme/p/agent/?topics=run:abc",
+        "/ws/o/acme/p/agent/?topics=runs:3",
+    ],
+)
+async def test_sockets_naming_unknown_or_malformed_topics_are_refused(tenant, path):
+    from agentops.consumers import CLOSE_BAD_REQUEST
+
+    socket = await _connect(path, tenant.owner)
+    assert (await socket.connect()) == (False, CLOSE_BAD_REQUEST)
+    await socket.disconnect()
+
+
+def test_live_paths_name_their_topics_compactly():
+    from agentops.live import live_path, parse_topics, topic
+
+    topics = [topic("runs"), topic("run-row", 3), topic("run-row", 12), topic("run", 5)]
+    path = live_path(org_slug="acme", project_slug="agent", topics=topics)
+    assert path == "/ws/o/acme/p/agent/?topics=runs,run-row:3.12,run:5"
+    assert parse_topics(path.partition("=")[2], level="project") == topics

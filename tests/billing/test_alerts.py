@@ -202,3 +202,52 @@ def test_spike_rule_counts_days_without_usage_as_zero():
     history = {today - timedelta(days=n): Decimal("2") for n in (1, 2, 3)}  # mean 6/7
     assert spike_detected({**history, today: Decimal("2.58")}, today)[0]
     assert not spike_detected({**history, today: Decimal("2.57")}, today)[0]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_budget_alerts_reach_open_billing_pages_of_admins_and_never_a_viewers_socket(tenant, client_for):
+    """Viewers and members get 403 on the billing page; their sockets never hear of an
+    alert either, even when they ask for the billing topic."""
+    from asgiref.sync import sync_to_async
+    from channels.routing import URLRouter
+    from channels.testing import WebsocketCommunicator
+    from django.db import connections
+    from django.utils.html import escape
+
+    from agentops.routing import websocket_urlpatterns
+
+    async def billing_page_socket(user):
+        socket = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/ws/o/acme/?topics=billing")
+        socket.scope["user"] = user
+        assert (await socket.connect())[0]
+        return socket
+
+    sockets = {role: await billing_page_socket(tenant.user(role)) for role in ("owner", "admin", "member", "viewer")}
+
+    def billing_page_status(role):
+        return client_for(tenant.user(role)).get("/o/acme/billing/").status_code
+
+    pages = {role: await sync_to_async(billing_page_status)(role) for role in sockets}
+    assert pages == {"owner": 200, "admin": 200, "member": 403, "viewer": 403}
+
+    def raise_alert():
+        org_budget(tenant, name="Team cap", amount="10", thresholds=[50])
+        spend(tenant.project, "7.5")
+        return evaluate_alerts(tenant.organization.pk)
+
+    (alert,) = await sync_to_async(raise_alert)()
+    for role in ("owner", "admin"):
+        html = await sockets[role].receive_from(timeout=5)
+        assert 'hx-swap-oob="afterend:#alerts > h2"' in html, "under the heading of the page's Alerts card"
+        assert escape(alert.message) in html
+    for role in ("member", "viewer"):
+        assert await sockets[role].receive_nothing(timeout=0.5), role
+    for socket in sockets.values():
+        await socket.disconnect()
+    await sync_to_async(connections.close_all)()
+
+
+def test_the_billing_topic_needs_what_the_billing_page_needs():
+    from billing.views import BillingIndexPage
+
+    assert live.TOPICS["billing"].permission == BillingIndexPage.permissions["GET"].permission

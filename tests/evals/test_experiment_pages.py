@@ -336,13 +336,14 @@ def test_fragments_rendered_for_live_updates_swap_by_id(tenant, ended):
 
 
 def test_live_announcements_render_the_progress_and_the_row(tenant, setup, monkeypatch):
-    """evals.live renders these templates after each scored item: the fragment holds
-    both, swapped out of band."""
+    """evals.live renders these templates after each scored item, each for the pages
+    that show it: the progress block for the experiment's page, the row for the pages
+    showing that row, both swapped out of band."""
     from agentops import live as agentops_live
     from evals import live
 
     sent = []
-    monkeypatch.setattr(agentops_live, "has_listeners", lambda **kwargs: True)
+    monkeypatch.setattr(agentops_live, "listening_topics", lambda *, project, topics: set(topics))
     monkeypatch.setattr(agentops_live, "announce", lambda **kwargs: sent.append(kwargs))
     experiment = _start(tenant, setup, concurrency=1)
     with organization_scope(tenant.organization):
@@ -350,12 +351,14 @@ def test_live_announcements_render_the_progress_and_the_row(tenant, setup, monke
         result = ExperimentResult.objects.get(experiment=experiment, status="running")
         run_execute(run_id=result.run_id)
         score_result(result_id=result.pk)
+        sent.clear()
         live.announce_result(experiment_id=experiment.pk, result_id=result.pk)
-    html = sent[-1]["html"]
-    assert f'id="experiment-{experiment.pk}-progress"' in html
-    assert f'id="experiment-{experiment.pk}-result-{result.pk}"' in html
-    assert html.count('hx-swap-oob="true"') == 2
-    assert 'data-status="done"' in html and "1</strong> of 10 items" in html
+    progress, row = sent
+    assert progress["topic"] == f"experiment:{experiment.pk}" and row["topic"] == f"experiment-result:{result.pk}"
+    assert f'id="experiment-{experiment.pk}-progress"' in progress["html"]
+    assert f'id="experiment-{experiment.pk}-result-{result.pk}"' in row["html"]
+    assert progress["html"].count('hx-swap-oob="true"') == 1 and row["html"].count('hx-swap-oob="true"') == 1
+    assert 'data-status="done"' in row["html"] and "1</strong> of 10 items" in progress["html"]
 
 
 def test_the_live_fragment_re_renders_progress_and_the_page_of_rows(client, tenant, ended):

@@ -146,6 +146,30 @@ def test_a_row_re_renders_alone_for_the_live_list(signed_in, tenant, backend):
     assert text(response).lstrip().startswith(f'<tr id="job-row-{job.pk}"') and "row job" in text(response)
 
 
+def test_the_list_and_a_jobs_page_hear_only_the_jobs_they_show(signed_in, tenant, backend, monkeypatch):
+    """The list's socket names its rows' topics, a job's page its job's; a status change
+    sends the page its status block and the list the job's row, swapped by id."""
+    from agentops import live
+    from jobs.live import announce_job
+
+    shown = submit(tenant, backend, name="shown")
+    client = signed_in(tenant.viewer)
+    listing = text(client.get(f"{BASE}/?status=queued"))
+    page = text(client.get(f"{BASE}/{shown.pk}/"))
+    assert re.search(rf'ws-connect="/ws/o/acme/p/agent/\?topics=job-row:(\d+\.)?{shown.pk}\b', listing)
+    assert f'ws-connect="/ws/o/acme/p/agent/?topics=job:{shown.pk}"' in page
+
+    sent = []
+    monkeypatch.setattr(live, "listening_topics", lambda *, project, topics: set(topics))
+    monkeypatch.setattr(live, "announce", lambda **kwargs: sent.append(kwargs))
+    with organization_scope(tenant.organization):
+        announce_job(job_id=shown.pk)
+    by_topic = {message["topic"]: message["html"].lstrip() for message in sent}
+    assert set(by_topic) == {f"job:{shown.pk}", f"job-row:{shown.pk}"}
+    assert re.match(rf'<section [^>]*id="job-{shown.pk}-status" hx-swap-oob="true"', by_topic[f"job:{shown.pk}"])
+    assert by_topic[f"job-row:{shown.pk}"].startswith(f'<tr id="job-row-{shown.pk}" hx-swap-oob="true"')
+
+
 # -- a new job -------------------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from agentops.live import project_group
+from agentops.live import group_name
 from agentops.scoping import organization_scope
 from runs import selectors
 from runs.live import render_runs_ingested
@@ -891,16 +891,15 @@ def test_dashboard_time_range_picker_narrows_the_totals(signed_in, tenant, runs)
 def test_live_update_of_a_new_run_carries_its_row_for_the_top_of_the_list(tenant, runs):
     run = runs["trace-b"]
     with organization_scope(tenant.organization):
-        messages = render_runs_ingested(project=tenant.project, runs=[{"id": run.pk, "new": True}])
+        messages = dict(render_runs_ingested(project=tenant.project, runs=[{"id": run.pk, "new": True}]))
 
-    assert len(messages) == 2
-    new, changed = messages
+    assert set(messages) == {"runs", "runs-notice"}, "a new run has no page nor row open anywhere yet"
+    new = messages["runs"]
     assert new.startswith('<table hx-swap-oob="afterend:#runs-head">')
     assert f'<tbody id="run-{run.pk}" class="run-row is-fresh">' in new
     assert "support: Refund?" in new and f"{BASE}/{run.pk}/" in new
-    assert '<div id="runs-new-notice"' in new
-    assert f'<div id="run-refresh-{run.pk}" hx-swap-oob="true" hx-get="{BASE}/{run.pk}/live/"' in changed
-    assert "<tbody" not in changed, "a new run's row is sent once, with the new rows"
+    assert "runs-new-notice" not in new, "lists that take new rows have no notice"
+    assert messages["runs-notice"].startswith('<div id="runs-new-notice"')
 
 
 def test_live_update_of_a_large_batch_keeps_the_newest_new_runs(tenant, runs, monkeypatch):
@@ -910,20 +909,30 @@ def test_live_update_of_a_large_batch_keeps_the_newest_new_runs(tenant, runs, mo
     changed, new = runs["trace-a"], runs["trace-c"]
     batch = [{"id": runs["trace-b"].pk, "new": False}, {"id": changed.pk, "new": False}, {"id": new.pk, "new": True}]
     with organization_scope(tenant.organization):
-        new_message, changed_message = render_runs_ingested(project=tenant.project, runs=batch)
+        messages = render_runs_ingested(project=tenant.project, runs=batch)
 
+    (new_message,) = [html for topic, html in messages if topic == "runs"]
     assert f'id="run-{new.pk}"' in new_message
-    assert changed_message.count("<tbody") == 1
+    assert [topic for topic, _html in messages if topic.startswith("run-row:")] == [f"run-row:{runs['trace-b'].pk}"]
 
 
-def test_live_update_of_a_changed_run_replaces_its_row_by_id(tenant, runs):
+def test_live_update_of_a_changed_run_replaces_its_row_and_refreshes_its_page(tenant, runs):
     run = runs["trace-a"]
     with organization_scope(tenant.organization):
-        messages = render_runs_ingested(project=tenant.project, runs=[{"id": run.pk, "new": False}])
+        messages = dict(render_runs_ingested(project=tenant.project, runs=[{"id": run.pk, "new": False}]))
 
-    assert len(messages) == 1
-    assert messages[0].startswith(f'<tbody id="run-{run.pk}" class="run-row" hx-swap-oob="true">')
-    assert f'id="run-refresh-{run.pk}"' in messages[0]
+    assert set(messages) == {f"run-row:{run.pk}", f"run:{run.pk}"}
+    assert messages[f"run-row:{run.pk}"].startswith(f'<tbody id="run-{run.pk}" class="run-row" hx-swap-oob="true">')
+    assert messages[f"run:{run.pk}"].startswith(f'<div id="run-refresh-{run.pk}" hx-swap-oob="true"')
+
+
+def test_live_update_renders_only_what_an_open_page_shows(tenant, runs):
+    shown, hidden = runs["trace-a"], runs["trace-b"]
+    batch = [{"id": shown.pk, "new": False}, {"id": hidden.pk, "new": False}]
+    with organization_scope(tenant.organization):
+        messages = render_runs_ingested(project=tenant.project, runs=batch, listening={f"run-row:{shown.pk}"})
+
+    assert [topic for topic, _html in messages] == [f"run-row:{shown.pk}"]
 
 
 def test_live_fragment_rerenders_the_header_and_open_tab_out_of_band(signed_in, tenant, runs):
@@ -940,31 +949,31 @@ def test_live_fragment_rerenders_the_header_and_open_tab_out_of_band(signed_in, 
     assert "diff-table" in memory
 
 
-def test_ingest_announces_the_rendered_rows_to_the_projects_group(tenant, django_capture_on_commit_callbacks):
+def test_ingest_announces_the_new_rows_to_the_top_of_the_runs_list(tenant, django_capture_on_commit_callbacks):
     layer = get_channel_layer()
-    group = project_group(tenant.project.pk)
+    group = group_name(project_id=tenant.project.pk, topic="runs")
 
     async def join():
         channel = await layer.new_channel()
         await layer.group_add(group, channel)
         return channel
 
-    async def receive_two(channel):
+    async def receive(channel):
         # In one event loop: the Redis layer's receive buffer belongs to the loop that reads it.
         try:
-            return [await asyncio.wait_for(layer.receive(channel), 5) for _ in range(2)]
+            return await asyncio.wait_for(layer.receive(channel), 5)
         finally:
             await layer.group_discard(group, channel)
 
     channel = async_to_sync(join)()
     with django_capture_on_commit_callbacks(execute=True):
         store(tenant.project, support_run("announced", start=T0, question="Live question?"), announce=True)
-    first, second = async_to_sync(receive_two)(channel)
+    first = async_to_sync(receive)(channel)
 
     run = run_of(tenant.project, "announced")
     assert first["event"] == "runs.ingested" and first["data"] == {"runs": [{"id": run.pk, "new": True}]}
     assert f'<tbody id="run-{run.pk}"' in first["html"] and "Live question?" in first["html"]
-    assert f'id="run-refresh-{run.pk}"' in second["html"]
+    assert first["follow"] == [f"run-row:{run.pk}"], "the list shows that row from now on"
 
 
 def test_a_failing_live_render_never_fails_the_ingest(tenant, monkeypatch, django_capture_on_commit_callbacks):

@@ -332,8 +332,12 @@ def test_agent_strings_are_escaped_on_every_runs_page_fragment_and_live_update(s
         body = text(response)
         assert "<img src=x" not in body and "<script>alert" not in body, url
     with organization_scope(tenant.organization):
-        live = "".join(render_runs_ingested(project=tenant.project, runs=[{"id": run.pk, "new": True}]))
-        live += "".join(render_runs_ingested(project=tenant.project, runs=[{"id": run.pk, "new": False}]))
+        live = "".join(
+            html for _, html in render_runs_ingested(project=tenant.project, runs=[{"id": run.pk, "new": True}])
+        )
+        live += "".join(
+            html for _, html in render_runs_ingested(project=tenant.project, runs=[{"id": run.pk, "new": False}])
+        )
     assert "<img src=x" not in live and "<script>alert" not in live
     assert "&lt;img src=x" in live
 
@@ -396,7 +400,8 @@ def test_live_updates_render_no_run_of_another_project(tenant, other_tenant):
     foreign = agent_run(other_tenant.project, "foreign-run")
     with organization_scope(tenant.organization):
         html = "".join(
-            render_runs_ingested(
+            fragment
+            for _, fragment in render_runs_ingested(
                 project=tenant.project, runs=[{"id": own.pk, "new": True}, {"id": foreign.pk, "new": True}]
             )
         )

@@ -125,7 +125,9 @@ def _execute(run: Run) -> Run:
 @pytest.mark.usefixtures("_close_worker_thread_connections")
 async def test_the_run_page_receives_the_answer_as_it_is_written(tenant, fake_mistral):
     run = await sync_to_async(_start_streaming_run)(tenant, fake_mistral)
-    page = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/o/acme/p/{tenant.project.slug}/")
+    page = WebsocketCommunicator(
+        URLRouter(websocket_urlpatterns), f"/ws/o/acme/p/{tenant.project.slug}/?topics=run:{run.pk}"
+    )
     page.scope["user"] = tenant.viewer
     connected, _ = await page.connect()
     assert connected
