@@ -48,9 +48,12 @@ check-runtime:
 		from agentops.celery import app; app.loader.import_default_modules(); print('Celery tasks import.')"; \
 		status=$$?; rm -rf $$data .venv-runtime; exit $$status
 
+## lint: ruff (lint and format), then import-linter's contracts (pyproject.toml):
+##       a lower app never imports a higher one. CI runs it before the tests.
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 format: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff format .

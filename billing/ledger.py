@@ -7,6 +7,14 @@ usage from its steps, applies the difference with what the run contributed befor
 ``UsageDaily`` and stores the new contribution. Applying differences keeps the rollup
 exact (Decimal in, ``numeric`` in SQL) whatever order or how often the data arrives.
 
+The runs and steps are runs' tables, read through the usage source runs registers
+(``billing.usage``): it locks the runs and hands the SELECT of their usage, which the
+ledger runs inside its own statements, so a batch of marks costs the same ten
+statements whatever its size (claim the marks, find and lock the runs, then the
+temporary table of their usage and the writes of ``_refresh_runs``, then delete the
+marks). With no source registered the ledger reads no run: marks stay, a rebuild keeps
+the contributions it has.
+
 Concurrency: a refresher claims marks with ``FOR UPDATE SKIP LOCKED`` (two refreshers
 never take the same run) and locks each run ``FOR SHARE SKIP LOCKED``: a run that an
 ingest batch holds is left marked for the next pass, so a refresher never waits for
@@ -34,28 +42,13 @@ from decimal import Decimal
 
 from django.db import connection, transaction
 
+from billing.usage import usage_source
+
 # Ledger dimensions, in UsageDaily's unique constraint order.
 DIMENSIONS = ("organization_id", "project_id", "day", "agent_name", "model", "api_key_id", "end_user_id")
 MEASURES = ("input_tokens", "cached_input_tokens", "output_tokens", "cost", "steps", "unpriced_steps")
 _DIMENSIONS = ", ".join(DIMENSIONS)
 _MEASURES = ", ".join(MEASURES)
-
-# One run's usage per UTC day and model, from its steps. A step with no start time
-# counts on its run's start day, or the day it was stored.
-_USAGE_SELECT = """
-    SELECT s.organization_id, r.project_id,
-           (coalesce(s.started_at, r.started_at, s.created_at) AT TIME ZONE 'UTC')::date AS day,
-           r.agent_name, s.model, r.api_key_id, r.end_user_id, s.run_id,
-           sum(s.input_tokens) AS input_tokens,
-           sum(s.cached_input_tokens) AS cached_input_tokens,
-           sum(s.output_tokens) AS output_tokens,
-           coalesce(sum(s.cost), 0) AS cost,
-           count(*) AS steps,
-           count(*) FILTER (WHERE s.unpriced) AS unpriced_steps
-    FROM runs_step s JOIN runs_run r ON r.id = s.run_id
-    {where}
-    GROUP BY s.organization_id, r.project_id, 3, r.agent_name, s.model, r.api_key_id, r.end_user_id, s.run_id
-"""
 
 # Add the rows of ``source`` (dimensions + measures) to UsageDaily.
 _UPSERT_DAILY = f"""
@@ -83,7 +76,12 @@ def ledger_mark(*, organization_id: int, run_ids) -> None:
 
 def ledger_refresh(limit: int = 500, *, organizations: set[int] | None = None) -> int:
     """Recompute the ledger contribution of up to ``limit`` marked runs; return how many
-    marks were done. ``organizations``, when given, receives the organizations touched."""
+    marks were done. ``organizations``, when given, receives the organizations touched.
+    With no usage source registered there is nothing to read the runs from: the marks
+    stay."""
+    source = usage_source()
+    if source is None:
+        return 0
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT id, run_id, organization_id FROM billing_ledgerbacklog ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED",
@@ -93,15 +91,12 @@ def ledger_refresh(limit: int = 500, *, organizations: set[int] | None = None) -
         if not claimed:
             return 0
         run_ids = sorted({row[1] for row in claimed})
-        cursor.execute("SELECT id FROM runs_run WHERE id = ANY(%s)", [run_ids])
-        existing = {row[0] for row in cursor.fetchall()}
-        cursor.execute("SELECT id FROM runs_run WHERE id = ANY(%s) ORDER BY id FOR SHARE SKIP LOCKED", [run_ids])
-        locked = sorted(row[0] for row in cursor.fetchall())
+        existing, locked = source.lock_runs(cursor, run_ids)
         # Done: the runs locked now, and the runs deleted since (their contribution stays).
         # A run an ingest batch holds stays marked: that batch's mark is already there.
         done = [row for row in claimed if row[1] in locked or row[1] not in existing]
         if locked:
-            _refresh_runs(cursor, locked)
+            _refresh_runs(cursor, locked, source.usage_query(listed_runs=True))
         if done:
             cursor.execute("DELETE FROM billing_ledgerbacklog WHERE id = ANY(%s)", [[row[0] for row in done]])
         if organizations is not None:
@@ -109,15 +104,15 @@ def ledger_refresh(limit: int = 500, *, organizations: set[int] | None = None) -
         return len(done)
 
 
-def _refresh_runs(cursor, run_ids: list[int]) -> None:
-    """Replace the RunUsage rows of ``run_ids`` (locked by the caller) by their usage now,
-    applying the difference to UsageDaily."""
+def _refresh_runs(cursor, run_ids: list[int], usage_query: str) -> None:
+    """Replace the RunUsage rows of ``run_ids`` (locked by the caller) by their usage now
+    (``usage_query``, the source's, of the runs listed), applying the difference to
+    UsageDaily."""
     # Belt and braces against any other writer of RunUsage (a rebuild): take its rows.
     cursor.execute("SELECT id FROM billing_runusage WHERE run_id = ANY(%s) ORDER BY id FOR UPDATE", [run_ids])
     cursor.execute("DROP TABLE IF EXISTS pg_temp.billing_ledger_new")
     cursor.execute(
-        "CREATE TEMP TABLE billing_ledger_new ON COMMIT DROP AS "
-        + _USAGE_SELECT.format(where="WHERE s.run_id = ANY(%s)"),
+        "CREATE TEMP TABLE billing_ledger_new ON COMMIT DROP AS " + usage_query,
         [run_ids],
     )
     # New usage minus old, per ledger row; rows whose difference is nothing are skipped
@@ -147,7 +142,9 @@ def ledger_rebuild() -> dict:
     recomputed, the contributions of runs deleted since (retention) are kept, and
     UsageDaily is summed again from the contributions, GPU jobs' (``ComputeUsage``,
     which are their own record: nothing to recompute them from) included. Returns row
-    counts."""
+    counts. With no usage source registered, every run's contribution is kept as it is
+    (as a deleted run's would be)."""
+    source = usage_source()
     with transaction.atomic(), connection.cursor() as cursor:
         # One rebuild at a time, and no refresher or job writes meanwhile (they wait). In
         # the order compute_usage_record writes (ComputeUsage, then UsageDaily), so the
@@ -155,15 +152,18 @@ def ledger_rebuild() -> dict:
         cursor.execute(
             "LOCK TABLE billing_runusage, billing_computeusage, billing_usagedaily IN SHARE ROW EXCLUSIVE MODE"
         )
-        # The marks made before now are covered by the steps read below, committed
-        # before them; marks made later stay and are refreshed (harmlessly) again.
-        cursor.execute("DELETE FROM billing_ledgerbacklog")
-        cursor.execute("DELETE FROM billing_runusage u USING runs_run r WHERE r.id = u.run_id")
-        cursor.execute(
-            f"INSERT INTO billing_runusage (organization_id, project_id, day, agent_name, model, api_key_id, "  # noqa: S608
-            f"end_user_id, run_id, {_MEASURES}) " + _USAGE_SELECT.format(where="")
-        )
-        run_usage_rows = cursor.rowcount
+        run_usage_rows = 0
+        if source is not None:
+            # The marks made before now are covered by the steps read below, committed
+            # before them; marks made later stay and are refreshed (harmlessly) again.
+            cursor.execute("DELETE FROM billing_ledgerbacklog")
+            existing_runs = source.existing_runs_query()
+            cursor.execute(f"DELETE FROM billing_runusage u USING ({existing_runs}) AS r WHERE r.id = u.run_id")  # noqa: S608 - the source's constant query
+            cursor.execute(
+                f"INSERT INTO billing_runusage ({_DIMENSIONS}, run_id, {_MEASURES}) "  # noqa: S608 - constant queries
+                + source.usage_query(listed_runs=False)
+            )
+            run_usage_rows = cursor.rowcount
         # TRUNCATE refuses to run with foreign key checks pending (deferred, from the
         # INSERT above): run them now, then defer again as Django expects.
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")

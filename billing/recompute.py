@@ -12,34 +12,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from agentops.errors import InvalidRequest
-from agentops.models import Organization, Project
+from agentops.models import Organization
 from agentops.scoping import dangerously_unscoped
 from agentops.services.audit import audit_record
 from billing import services
 from billing.ledger import ledger_mark
 from billing.models import CostRevision, Price, StepCostChange
-from runs.models import Step
-from runs.services.ingest import recompute_run_totals
+from billing.usage import StepRepricing, usage_source
 
 _BATCH = 2000
-
-
-@dataclass(frozen=True)
-class StepRepricing:
-    step_id: int
-    run_id: int
-    organization_id: int
-    model: str
-    old_cost: Decimal | None
-    new_cost: Decimal
-    old_price_id: int | None
 
 
 def _check(price: Price, starts_at: datetime, ends_at: datetime) -> None:
@@ -52,48 +39,19 @@ def _check(price: Price, starts_at: datetime, ends_at: datetime) -> None:
 
 
 def _repricings(price: Price, starts_at: datetime, ends_at: datetime, *, lock: bool = False) -> Iterator[StepRepricing]:
-    """Every LLM step of the range the price matches, with its new cost. Read project by
-    project so each query is a range of the (project, started_at) index."""
-    projects = Project.objects.order_by("pk")
-    if price.organization_id:
-        projects = projects.filter(organization_id=price.organization_id)
-    for project_id in projects.values_list("pk", flat=True):
-        steps = Step.objects.filter(
-            project_id=project_id, started_at__gte=starts_at, started_at__lt=ends_at, kind=Step.Kind.LLM
-        )
-        models = [
-            model
-            for model in steps.order_by().values_list("model", flat=True).distinct()
-            if model and services._matches(price, model.strip().lower())
-        ]
-        if not models:
-            continue
-        matched = steps.filter(model__in=models).order_by("pk")
-        if lock:
-            matched = matched.select_for_update(of=("self",))
-        for row in matched.values_list(
-            "pk",
-            "run_id",
-            "organization_id",
-            "model",
-            "input_tokens",
-            "cached_input_tokens",
-            "output_tokens",
-            "cost",
-            "price_id",
-        ).iterator(chunk_size=_BATCH):
-            step_id, run_id, organization_id, model, input_tokens, cached, output_tokens, cost, price_id = row
-            yield StepRepricing(
-                step_id=step_id,
-                run_id=run_id,
-                organization_id=organization_id,
-                model=model,
-                old_cost=cost,
-                new_cost=services.tokens_cost(
-                    price=price, input_tokens=input_tokens, cached_input_tokens=cached, output_tokens=output_tokens
-                ),
-                old_price_id=price_id,
-            )
+    """Every LLM step of the range the price matches, with its new cost, from the usage
+    source (runs' steps); none without one."""
+    source = usage_source()
+    if source is None:
+        return iter(())
+    return source.repricings(
+        organization_id=price.organization_id,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        matches=lambda model: services._matches(price, model),
+        cost=lambda **tokens: services.tokens_cost(price=price, **tokens),
+        lock=lock,
+    )
 
 
 def _summarize(repricings) -> list[dict]:
@@ -147,6 +105,7 @@ def apply_recompute(
     totals, mark the runs for the ledger, and record it in each organization's audit log.
     One transaction; the steps are locked while they are repriced."""
     _check(price, starts_at, ends_at)
+    source = usage_source()
     with transaction.atomic(), dangerously_unscoped("staff recompute: steps of every organization"):
         repricings = list(_repricings(price, starts_at, ends_at, lock=True))
         rows = _summarize(repricings)
@@ -174,13 +133,13 @@ def apply_recompute(
                     for item in batch
                 ]
             )
-            _update_steps(batch, price.pk)
+            source.reprice(batch, price_id=price.pk)
         runs_by_organization: dict[int, set[int]] = defaultdict(set)
         for item in repricings:
             runs_by_organization[item.organization_id].add(item.run_id)
         all_runs = sorted(set().union(*runs_by_organization.values())) if runs_by_organization else []
         for offset in range(0, len(all_runs), _BATCH):
-            recompute_run_totals(all_runs[offset : offset + _BATCH])
+            source.recompute_totals(all_runs[offset : offset + _BATCH])
         organizations = Organization.objects.in_bulk(list(runs_by_organization))
         for organization_id, run_ids in runs_by_organization.items():
             ledger_mark(organization_id=organization_id, run_ids=sorted(run_ids))
@@ -203,19 +162,3 @@ def apply_recompute(
                 ip=ip,
             )
     return revision
-
-
-def _update_steps(batch: list[StepRepricing], price_id: int) -> None:
-    """Set the new cost and price of a batch of steps in one statement."""
-    if not batch:
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE runs_step AS step
-               SET cost = new.cost, price_id = %s, unpriced = false
-              FROM unnest(%s::bigint[], %s::numeric[]) AS new(id, cost)
-             WHERE step.id = new.id
-            """,
-            [price_id, [item.step_id for item in batch], [item.new_cost for item in batch]],
-        )

@@ -2,7 +2,8 @@
 
 Every number comes from the ledger (``UsageDaily``); the only reads of runs and steps
 are the drill-downs to what is behind one number, each bounded and served by an index
-(runs by project and start time, steps by project and start time or by run).
+(runs by project and start time, steps by project and start time or by run). They go
+through the usage source runs registers (``billing.usage``): billing names no runs model.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import calendar
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from typing import Any
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -20,7 +22,7 @@ from agentops.models import Organization, Project
 from agentops.scoping import dangerously_unscoped
 from billing.ledger import COMPUTE_MODEL_PREFIX, is_compute_usage
 from billing.models import ComputeUsage, UsageDaily
-from runs.models import Run, Step
+from billing.usage import usage_source
 
 PERIODS = {"30d": "Last 30 days", "90d": "Last 90 days", "month": "This month"}
 # A chart draws the biggest series by name and adds the rest up as "Other".
@@ -139,36 +141,12 @@ def organization_series(*, organization, window: Window, dimension: str) -> dict
     return {"days": days, "series": series}
 
 
-def top_runs(*, organization, window: Window, limit: int = TOP_RUNS) -> list[Run]:
-    """The most expensive runs started in ``window``. Read project by project, so each
-    query is a range of the (project, started_at) index; the runs of all projects are
-    then merged."""
-    runs: list[Run] = []
-    for project_id in Project.objects.filter(organization=organization).values_list("pk", flat=True):
-        runs.extend(
-            Run.objects.filter(
-                project_id=project_id,
-                started_at__gte=window.starts_at,
-                started_at__lt=window.ends_at,
-                total_cost__gt=0,
-            )
-            .select_related("project")
-            .only(
-                "id",
-                "name",
-                "trace_id",
-                "agent_name",
-                "started_at",
-                "total_cost",
-                "input_tokens",
-                "output_tokens",
-                "project__slug",
-                "project__name",
-                "project__organization_id",
-            )
-            .order_by("-total_cost", "-id")[:limit]
-        )
-    return sorted(runs, key=lambda run: (-run.total_cost, -run.pk))[:limit]
+def top_runs(*, organization, window: Window, limit: int = TOP_RUNS) -> list[Any]:
+    """The most expensive runs started in ``window`` (none without a usage source)."""
+    source = usage_source()
+    if source is None:
+        return []
+    return source.top_runs(organization=organization, starts_at=window.starts_at, ends_at=window.ends_at, limit=limit)
 
 
 # --- The staff console -----------------------------------------------------------------
@@ -211,31 +189,14 @@ def console_spend(*, level: str, filters: ConsoleFilters) -> list[dict]:
 
 def console_runs(*, project: Project, model: str, day: date, limit: int = DRILL_LIMIT) -> list[dict]:
     """The runs behind one (project, model, day) number: their steps of that model on
-    that day, summed per run, the most expensive first. One day of one project's steps
-    is a range of the (project, started_at) index."""
+    that day, summed per run, the most expensive first."""
+    source = usage_source()
+    if source is None:
+        return []
     starts_at = datetime.combine(day, time.min, tzinfo=UTC)
-    with dangerously_unscoped("staff console: drill-down to runs"):
-        rows = list(
-            Step.objects.filter(
-                project=project,
-                started_at__gte=starts_at,
-                started_at__lt=starts_at + timedelta(days=1),
-                model=model,
-            )
-            .values("run_id")
-            .annotate(
-                steps=Count("id"),
-                cost=Coalesce(Sum("cost"), Decimal(0)),
-                input_tokens=Coalesce(Sum("input_tokens"), 0),
-                output_tokens=Coalesce(Sum("output_tokens"), 0),
-                unpriced=Count("id", filter=Q(unpriced=True)),
-            )
-            .order_by("-cost", "run_id")[:limit]
-        )
-        names = dict(Run.objects.filter(pk__in=[row["run_id"] for row in rows]).values_list("pk", "name").iterator())
-    for row in rows:
-        row["name"] = names.get(row["run_id"], "")
-    return rows
+    return source.runs_behind(
+        project=project, model=model, starts_at=starts_at, ends_at=starts_at + timedelta(days=1), limit=limit
+    )
 
 
 def console_jobs(*, project: Project, model: str, day: date, limit: int = DRILL_LIMIT) -> list[ComputeUsage]:
@@ -251,31 +212,12 @@ def console_jobs(*, project: Project, model: str, day: date, limit: int = DRILL_
         )
 
 
-def console_run(run_id: int) -> tuple[Run | None, list[Step]]:
+def console_run(run_id: int) -> tuple[Any | None, list[Any]]:
     """A run (any organization) and its first ``STEP_LIMIT`` steps, in order."""
-    with dangerously_unscoped("staff console: search by run id"):
-        run = Run.objects.select_related("project", "organization").filter(pk=run_id).first()
-        if run is None:
-            return None, []
-        steps = list(
-            Step.objects.filter(run_id=run.pk)
-            .only(
-                "id",
-                "run_id",
-                "kind",
-                "name",
-                "model",
-                "started_at",
-                "input_tokens",
-                "cached_input_tokens",
-                "output_tokens",
-                "cost",
-                "unpriced",
-                "price_id",
-            )
-            .order_by("started_at", "id")[:STEP_LIMIT]
-        )
-    return run, steps
+    source = usage_source()
+    if source is None:
+        return None, []
+    return source.run_with_steps(run_id, limit=STEP_LIMIT)
 
 
 def console_organizations() -> list[Organization]:

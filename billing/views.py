@@ -13,12 +13,12 @@ from django.shortcuts import redirect
 from django.urls import reverse
 
 from agentops import live
+from agentops.charts import chart_label
 from agentops.errors import ServiceError
 from agentops.pages import Need, OrganizationPage
 from billing import spend
 from billing.forms import BudgetForm, PeriodForm
 from billing.models import Budget, BudgetAlert
-from runs.views.dashboard import chart_label
 
 ALERTS_SHOWN = 50
 

@@ -22,13 +22,13 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 
 from agentops import live
+from agentops.charts import chart_label
 from agentops.errors import ServiceError
 from agentops.pages import Need, ProjectPage
 from evals import exports, selectors
 from evals.models import Dataset, Evaluator, Experiment
 from evals.services import experiments as services
 from runs.models import Agent
-from runs.views.dashboard import chart_label
 
 READ = Need("work:read", "see this project's experiments")
 WRITE = Need("work:write", "start and cancel experiments")

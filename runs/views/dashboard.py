@@ -4,9 +4,9 @@ Plotly (served from the installed ``plotly`` package, never a CDN) as JSON."""
 
 from __future__ import annotations
 
-import html
 from decimal import Decimal
 
+from agentops.charts import chart_label
 from agentops.pages import Need, ProjectPage
 from runs import selectors
 from runs.forms import RANGE_LABELS, DashboardRangeForm
@@ -18,13 +18,6 @@ LATENCY_SAMPLE = 5000
 def _number(value) -> float:
     # Charts plot floats; the totals on the page are formatted from the Decimals.
     return float(value) if value is not None else 0.0
-
-
-def chart_label(text: str) -> str:
-    """An agent's text (a model name) as a chart label. Plotly draws labels as its own
-    subset of HTML (``<a href>``, ``<span style>``, ``<br>``) and decodes entities back
-    to characters, so escaping shows the name as sent instead of a link in the chart."""
-    return html.escape(text, quote=False)
 
 
 def chart_data(board: dict, latencies: list[int], start, end) -> dict:
