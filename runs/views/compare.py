@@ -1,5 +1,6 @@
 """Comparing two runs, at ``runs/compare/?a=<run id>&b=<run id>`` (a URL to share):
-first the settings that differ (what a replay changed), then their metrics with deltas, the final outputs side by side and inline, the steps
+first the settings that differ (what a replay changed), then their metrics with
+deltas, the final outputs side by side and inline, the steps
 aligned pair by pair, and the final memory's differences. The difference itself is
 ``runs.services.compare``; this page only formats it."""
 
