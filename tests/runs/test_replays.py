@@ -366,6 +366,20 @@ def test_run_page_offers_a_replay_and_starts_one(tenant, fake_mistral, client_fo
     assert f"#{replay.pk}" in source_page and "Replays of this run" in source_page
 
 
+def test_a_run_that_cannot_be_replayed_says_why_once(tenant, client_for):
+    with organization_scope(tenant.organization):
+        source = _ingested_source(tenant, with_definitions=False)
+    page_url = f"/o/acme/p/{tenant.project.slug}/runs/{source.pk}/"
+    member = client_for(tenant.member)
+
+    html = member.get(page_url).content.decode()
+    flash = member.post(f"{page_url}replays/", {"repeat": "1"}, follow=True).content.decode()
+
+    for text in (html, flash):
+        assert "This run cannot be replayed: it does not carry the definitions of the tools it used" in text
+        assert "cannot be replayed: this run cannot be replayed" not in text.lower()
+
+
 def test_replay_form_errors_and_roles(tenant, fake_mistral, client_for):
     with organization_scope(tenant.organization):
         source = _source(tenant, fake_mistral, completion(content="42"), tools=())
