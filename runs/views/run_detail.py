@@ -184,6 +184,9 @@ class RunLiveFragment(RunPageMixin, ProjectPage):
 
 def step_panel_context(run: Run, step: Step, urls: dict[str, str]) -> dict[str, Any]:
     messages = list(selectors.message_list(run=run).filter(step=step))
+    for message in messages:
+        # A message that only calls tools has no content: it is shown by its calls.
+        message.calls = display.tool_calls_of(message.tool_calls)
     tool_calls = list(selectors.tool_call_list(run=run).filter(step=step))
     offset_ms = None
     if step.started_at and run.started_at:
