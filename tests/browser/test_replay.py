@@ -10,7 +10,7 @@ from agentops.scoping import organization_scope
 from runs.models import Run
 from runs.services.agents import agent_create
 from runs.services.execute import run_execute, run_start
-from tests.browser.conftest import chromium_page
+from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.browser.test_runs_pages import _console_errors, _sign_in, _wait_live
 from tests.fake_mistral import completion
@@ -130,9 +130,7 @@ def test_the_replay_form_appears_when_the_run_ends_while_its_page_is_open(
 
         gated_offline_model.set()
 
-        page.wait_for_function(
-            "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", timeout=30_000
-        )
+        wait_until(page, "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", 30_000)
         page.locator("#replay-start").wait_for()
         assert page.evaluate("window.__not_reloaded") is True
         # The form that arrived works: a replay starts from it.

@@ -4,6 +4,7 @@ arriving live, the step panel, and screenshots of each page for a person to look
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 
@@ -13,7 +14,7 @@ from django.utils import timezone
 from agentops.scoping import organization_scope
 from runs.models import Run
 from runs.services.ingest import StepEvent, ingest
-from tests.browser.conftest import chromium_page
+from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.factories import PASSWORD
 from tests.runs.test_pages import BIG_PAYLOAD_MARKER, T0, big_run_batch, multi_agent_runs, store, support_run
@@ -336,13 +337,9 @@ def test_a_running_runs_duration_advances_between_live_updates(server, tenant, a
         assert "so far" in duration.inner_text()
         first = duration.locator(".run-duration-value").inner_text()
 
-        page.wait_for_function(
-            "text => document.querySelector('#run-duration .run-duration-value').textContent !== text", arg=first
-        )
-        page.wait_for_function(
-            "text => document.querySelector('#run-duration .run-duration-value').textContent !== text",
-            arg=duration.locator(".run-duration-value").inner_text(),
-        )
+        changed = "document.querySelector('#run-duration .run-duration-value').textContent !== {}"
+        wait_until(page, changed.format(json.dumps(first)))
+        wait_until(page, changed.format(json.dumps(duration.locator(".run-duration-value").inner_text())))
 
         def seconds(text: str) -> float:
             value, unit = text.split()
