@@ -28,7 +28,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from agentops.errors import ServiceError
-from agentops.models import Project
+from agentops.models import Organization, Project
 from agentops.scoping import dangerously_unscoped, organization_scope
 from billing import spend
 from billing.forms import ConsoleFilterForm, RecomputeForm, ReconcileForm, RunSearchForm
@@ -141,14 +141,25 @@ class UsageConsoleAdmin(admin.ModelAdmin):
         return reverse("admin:billing_console_spend") + "?" + urlencode(query)
 
     def _breadcrumbs(self, filters: spend.ConsoleFilters, base: dict) -> list[tuple[str, str]]:
+        """The way down to this table, each step named as people know it (organization and
+        project by name and slug; an id no longer found stays an id)."""
         url = reverse("admin:billing_console_spend")
         crumbs = [("All organizations", f"{url}?{urlencode({**base, 'level': 'organization'})}")]
         if filters.organization_id:
+            with dangerously_unscoped("staff console: the names behind the ids of a drill-down"):
+                organization = Organization.objects.filter(pk=filters.organization_id).first()
+                project = Project.objects.filter(pk=filters.project_id).first() if filters.project_id else None
             query = {**base, "level": "project", "organization": filters.organization_id}
-            crumbs.append((f"organization {filters.organization_id}", f"{url}?{urlencode(query)}"))
+            label = (
+                f"{organization.name} ({organization.slug})"
+                if organization
+                else f"organization {filters.organization_id}"
+            )
+            crumbs.append((label, f"{url}?{urlencode(query)}"))
             if filters.project_id:
                 query = {**query, "level": "model", "project": filters.project_id}
-                crumbs.append((f"project {filters.project_id}", f"{url}?{urlencode(query)}"))
+                label = f"{project.name} ({project.slug})" if project else f"project {filters.project_id}"
+                crumbs.append((label, f"{url}?{urlencode(query)}"))
                 if filters.model is not None:
                     query = {**query, "level": "day", "model": filters.model}
                     crumbs.append((f"model {filters.model or '(none)'}", f"{url}?{urlencode(query)}"))
@@ -162,6 +173,10 @@ class UsageConsoleAdmin(admin.ModelAdmin):
             search = RunSearchForm(request.GET)
             if search.is_valid():
                 return redirect("admin:billing_console_run", run_id=search.cleaned_data["run"])
+            # An empty or malformed run id: say so, beside the search box.
+            response = self._render(request, "run_search.html", {"title": "Find a run", "search_form": search})
+            response.status_code = 400
+            return response
         try:
             project_id = int(request.GET["project"])
             day = date.fromisoformat(request.GET["day"])

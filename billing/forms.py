@@ -137,7 +137,15 @@ class ConsoleFilterForm(forms.Form):
 
 
 class RunSearchForm(forms.Form):
-    run = forms.IntegerField(min_value=1, label="Run id")
+    run = forms.IntegerField(
+        min_value=1,
+        label="Run id",
+        error_messages={
+            "required": "Enter a run id to find a run.",
+            "invalid": "A run id is a whole number, such as 1042.",
+            "min_value": "A run id is a whole number from 1.",
+        },
+    )
 
 
 def _day_start(value) -> datetime:

@@ -174,6 +174,9 @@ class UsageDaily(TenantModel):
             )
         ]
         indexes = [models.Index(fields=["organization", "day"]), models.Index(fields=["project", "day"])]
+        # The admin lists the ledger (the cost-audit console's entry) under this name.
+        verbose_name = "daily usage"
+        verbose_name_plural = "daily usage"
 
 
 class LedgerBacklog(models.Model):

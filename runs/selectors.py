@@ -4,6 +4,7 @@ by the tenant manager underneath)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
@@ -169,7 +170,7 @@ def transcript(*, run: Run) -> list[Message]:
     in_call: Counter[tuple] = Counter()
     out: list[Message] = []
     for message in message_list(run=run):
-        key = (message.role, repr(message.content), message.tool_call_id)
+        key = (message.role, _content_key(message.content), message.tool_call_id)
         call, marker, _index = message.message_id.rpartition(":in:")
         if marker:
             in_call[(call, key)] += 1
@@ -178,6 +179,23 @@ def transcript(*, run: Run) -> list[Message]:
         shown[key] += 1
         out.append(message)
     return out
+
+
+def _content_key(content) -> str:
+    """A message's content as one text, equal for equal JSON: a tool's answer taken from
+    its span is an object, while a later model call's input may hold it as JSON text."""
+    if isinstance(content, str):
+        stripped = content.strip()
+        if stripped[:1] not in ("{", "["):
+            return content
+        try:
+            content = json.loads(stripped)
+        except ValueError:
+            return content
+    try:
+        return json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
+    except (ValueError, RecursionError):
+        return repr(content)
 
 
 def tool_call_list(*, run: Run) -> QuerySet[ToolCall]:

@@ -63,6 +63,14 @@ def _stat_text(stat: dict | None) -> str:
     return text
 
 
+def _stat_cell(name: str, stat: dict | None) -> dict[str, str]:
+    """A leaderboard cell: the mean, and the interval it goes on a line of its own with,
+    so a table of several metrics fits a laptop's width."""
+    text = _stat_text(stat)
+    mean, _space, interval = text.partition(" ")
+    return {"name": name, "text": text, "mean": mean, "interval": interval}
+
+
 def _ordered_metrics(experiment: Experiment) -> list[tuple[str, dict]]:
     """The summary's metrics in the experiment's evaluator order (PostgreSQL's jsonb
     keeps its own key order, not the one they were written in)."""
@@ -367,7 +375,7 @@ class LeaderboardPage(ProjectPage):
         return {
             "experiment": experiment,
             "url": f"{experiment_url}{experiment.pk}/",
-            "metrics": [{"name": name, "text": _stat_text(row.metrics.get(name))} for name in names],
+            "metrics": [_stat_cell(name, row.metrics.get(name)) for name in names],
             "pass_rate": row.pass_rate,
             "cost": row.cost,
             "latency_p50": row.latency_p50,

@@ -10,7 +10,8 @@ vocabularies are understood (names in ``docs`` of each project, summarised in
 
 Every span becomes a step whatever it carries: a span nobody recognises is a ``custom``
 step with its attributes. LLM steps also give the transcript's messages, tool steps a
-tool call, and ``agentops.memory`` (or a memory step's output) a memory snapshot. Two
+tool call and the tool's answer as a ``tool`` message, and ``agentops.memory`` (or a
+memory step's output) a memory snapshot. Two
 attributes of our own complete the vocabularies: ``agentops.span.kind`` (any step kind,
 e.g. ``memory``, overriding the detection) and ``agentops.parent_trace_id`` (the trace
 of the parent run, for a sub-agent traced separately).
@@ -735,11 +736,33 @@ def map_span(span: Span, resource: dict) -> SpanEvents:
         )
 
     if kind == Step.Kind.TOOL:
+        tool_call_id = first_text(attributes, ("gen_ai.tool.call.id",), 200)
+        tool_name = first_text(attributes, ("gen_ai.tool.name", "tool.name"), 200) or name[:200] or "tool"
+        # The tool's answer is a message of the conversation (what the model reads next):
+        # instrumentations put it on the tool span only, not on the next model call.
+        answer = output_payload if output_payload is not None else (error or None)
+        if answer is not None:
+            result.messages.append(
+                _message_event(
+                    trace_id,
+                    span_id,
+                    f"{span_id}:tool",
+                    position(end_nanos, 0),
+                    {
+                        "role": "tool",
+                        "content": answer,
+                        "tool_calls": [],
+                        "tool_call_id": tool_call_id,
+                        "name": tool_name,
+                        "finish_reason": "",
+                    },
+                )
+            )
         result.tool_calls.append(
             ToolCallEvent(
                 trace_id=trace_id,
-                call_id=first_text(attributes, ("gen_ai.tool.call.id",), 200) or span_id,
-                tool_name=first_text(attributes, ("gen_ai.tool.name", "tool.name"), 200) or name[:200] or "tool",
+                call_id=tool_call_id or span_id,
+                tool_name=tool_name,
                 span_id=span_id,
                 arguments=input_payload,
                 result=output_payload,

@@ -1,4 +1,9 @@
-"""A few sample runs for the demo project, so a new install has something to read."""
+"""A few sample runs for the demo project, so a new install has something to read.
+
+The sample runs are ingested as a real OpenTelemetry trace would be, and carry what a
+replay needs (the messages and tool definitions of their first model call, its
+temperature), so each can be replayed: on the offline model, which calls each tool
+with the user's question, their tool calls are served from the recording."""
 
 from __future__ import annotations
 
@@ -9,6 +14,26 @@ from django.utils import timezone
 from runs.models import Run
 from runs.services.ingest import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent, ingest
 
+SYSTEM_PROMPT = "You are the support agent of Acme. Use the tools; answer in two sentences."
+
+
+def _tool(name: str, description: str) -> dict:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "What to look up"}},
+                "required": ["query"],
+            },
+        },
+    }
+
+
+SEARCH_TOOL = _tool("docs_search", "Search Acme's help center.")
+PAYMENTS_TOOL = _tool("payments_lookup", "Look up the customer's recent payments.")
 QUESTIONS = [
     ("How do I reset my password?", "Open Settings → Security → Reset password; a link is emailed to you."),
     ("Can I export my invoices as CSV?", "Yes: Billing → Invoices → Export CSV exports the selected period."),
@@ -30,7 +55,9 @@ def demo_runs_seed(*, project) -> int:
             return t0 + timedelta(seconds=seconds)
 
         failed = answer is None
-        system = "You are the support agent of Acme. Use the tools; answer in two sentences."
+        system = SYSTEM_PROMPT
+        tool = PAYMENTS_TOOL if failed else SEARCH_TOOL
+        tool_name = tool["function"]["name"]
         steps += [
             StepEvent(
                 trace_id=trace,
@@ -40,7 +67,7 @@ def demo_runs_seed(*, project) -> int:
                 started_at=at(0),
                 ended_at=at(6.4),
                 status="error" if failed else "ok",
-                error="ToolTimeout: payments.lookup did not answer in 5 s" if failed else "",
+                error="ToolTimeout: payments_lookup did not answer in 5 s" if failed else "",
                 input={"question": question},
                 output={"answer": answer} if answer else None,
                 run_hints={
@@ -67,13 +94,19 @@ def demo_runs_seed(*, project) -> int:
                 provider="mistral_ai",
                 input_tokens=812,
                 output_tokens=46,
+                # What the model was sent: what a replay starts from.
+                input={
+                    "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+                    "tools": [tool],
+                },
+                attributes={"gen_ai.request.temperature": 0.3},
             ),
             StepEvent(
                 trace_id=trace,
                 span_id="tool-1",
                 parent_span_id="root",
                 kind="tool",
-                name="payments.lookup" if failed else "docs.search",
+                name=tool_name,
                 started_at=at(2.0),
                 ended_at=at(7.0) if failed else at(2.6),
                 status="error" if failed else "ok",
@@ -93,7 +126,7 @@ def demo_runs_seed(*, project) -> int:
                 tool_calls=[
                     {
                         "id": f"call-{n}",
-                        "name": "payments.lookup" if failed else "docs.search",
+                        "name": tool_name,
                         "arguments": {"query": question},
                     }
                 ],
@@ -105,7 +138,7 @@ def demo_runs_seed(*, project) -> int:
                 trace_id=trace,
                 call_id=f"call-{n}",
                 span_id="tool-1",
-                tool_name="payments.lookup" if failed else "docs.search",
+                tool_name=tool_name,
                 arguments={"query": question},
                 result=None if failed else {"hits": 3, "top": answer},
                 error="ToolTimeout: no answer in 5 s" if failed else "",
@@ -147,7 +180,7 @@ def demo_runs_seed(*, project) -> int:
                     role="tool",
                     content={"hits": 3},
                     tool_call_id=f"call-{n}",
-                    name="docs.search",
+                    name=tool_name,
                     span_id="llm-2",
                 ),
                 MessageEvent(

@@ -1,5 +1,6 @@
 """Comparing two runs, at ``runs/compare/?a=<run id>&b=<run id>`` (a URL to share):
-their metrics with deltas, the final outputs side by side and inline, the steps
+first the settings that differ (what a replay changed), then their metrics with
+deltas, the final outputs side by side and inline, the steps
 aligned pair by pair, and the final memory's differences. The difference itself is
 ``runs.services.compare``; this page only formats it."""
 
@@ -30,6 +31,21 @@ METRIC_ROWS = (
     ("tool_calls", "Tool calls", "count"),
     ("errors", "Failed steps", "count"),
 )
+# (setting, label): what a replay may change, as the page names it (runs.services.compare.SETTINGS).
+SETTING_LABELS = {
+    "model": "Model",
+    "temperature": "Temperature",
+    "top_p": "Top p",
+    "max_tokens": "Max tokens",
+    "random_seed": "Seed",
+    "system_prompt": "System prompt",
+    "tools": "Tools",
+    "tool_mode": "Tool calls",
+    "agent_version": "Agent version",
+    "fork_step": "Forked at model call",
+}
+TOOL_MODES = {"recorded": "served from the recording", "live": "made for real"}
+PARAMETER_SETTINGS = ("temperature", "top_p", "max_tokens", "random_seed")
 FORMATS = {"tokens": tokens, "money": money, "duration": duration, "count": lambda value: f"{value:,}"}
 
 
@@ -75,6 +91,48 @@ def metric_rows(metrics: dict[str, dict]) -> list[dict[str, Any]]:
     return rows
 
 
+def setting_text(name: str, value: Any) -> str:
+    """One setting's value as the page shows it (a system prompt is shown by its diff)."""
+    if name == "tools":
+        return ", ".join(value) if value else ("none" if value is not None else "not recorded")
+    if name == "tool_mode":
+        return TOOL_MODES.get(value, value or "—")
+    if value is None:
+        if name in PARAMETER_SETTINGS:
+            return "model default"
+        return "from the start" if name == "fork_step" else "—"
+    if name == "system_prompt":
+        return value or "(empty)"
+    return str(value)
+
+
+def setting_rows(settings: dict) -> list[dict[str, Any]]:
+    """The settings that differ, labelled and formatted, in the service's order."""
+    return [
+        {
+            **change,
+            "label": SETTING_LABELS[change["name"]],
+            "a_text": setting_text(change["name"], change["a"]),
+            "b_text": setting_text(change["name"], change["b"]),
+        }
+        for change in settings["changes"]
+    ]
+
+
+def all_setting_rows(settings: dict) -> list[dict[str, str]]:
+    """Every setting of both runs, for reference."""
+    return [
+        {
+            "name": name,
+            "label": label,
+            "a": setting_text(name, settings["a"][name]),
+            "b": setting_text(name, settings["b"][name]),
+        }
+        for name, label in SETTING_LABELS.items()
+        if name != "system_prompt"
+    ]
+
+
 def difference_where(difference: dict) -> str:
     """Where a difference is, as one path: ``result.eta``, ``output.tool_calls[0]``, ``error``."""
     path = difference["path"]
@@ -115,6 +173,8 @@ class RunComparePage(ProjectPage):
                     "run_a": a,
                     "run_b": b,
                     "comparison": comparison,
+                    "setting_changes": setting_rows(comparison["settings"]),
+                    "all_settings": all_setting_rows(comparison["settings"]),
                     "metric_rows": metric_rows(comparison["metrics"]),
                     "pairs": [pair for pair in pairs if pair["status"] != "same"] if only_changes else pairs,
                     "only_changes": only_changes,

@@ -164,7 +164,8 @@ class RunDetailPage(RunPageMixin, ProjectPage):
 
 class RunLiveFragment(RunPageMixin, ProjectPage):
     """The header and the open tab, re-rendered for a live update of a running run
-    (swapped out of band by id; the page asks for it when told the run changed)."""
+    (swapped out of band by id; the page asks for it when told the run changed); once
+    the run has ended, also its replays panel, so the replay form appears without a reload."""
 
     permissions = {"GET": READ}
 
@@ -172,6 +173,8 @@ class RunLiveFragment(RunPageMixin, ProjectPage):
         run = self.get_run(run_id)
         now = timezone.now()
         tab = _tab(request)
+        # Once the run has ended, the page gets what it would show on a reload: the replay form.
+        ended = run.status not in UNFINISHED
         return self.render_page(
             "runs/live/run_refresh.html",
             {
@@ -179,6 +182,8 @@ class RunLiveFragment(RunPageMixin, ProjectPage):
                 **self.tab_context(run, tab, now),
                 "tab": tab,
                 "tabs": tabs(run),
+                **(replay_context(self, run) if ended else {}),
+                "replays_live": ended,
                 "oob": True,
             },
         )
@@ -186,6 +191,9 @@ class RunLiveFragment(RunPageMixin, ProjectPage):
 
 def step_panel_context(run: Run, step: Step, urls: dict[str, str]) -> dict[str, Any]:
     messages = list(selectors.message_list(run=run).filter(step=step))
+    for message in messages:
+        # A message that only calls tools has no content: it is shown by its calls.
+        message.calls = display.tool_calls_of(message.tool_calls)
     tool_calls = list(selectors.tool_call_list(run=run).filter(step=step))
     offset_ms = None
     if step.started_at and run.started_at:

@@ -89,6 +89,48 @@ def test_search_by_run_id(staff, usage, client):
     assert client.get(CONSOLE + "runs/999999999/").status_code == 404
 
 
+@pytest.mark.parametrize("query", ["run=", "run=abc", "run=0"])
+def test_a_search_without_a_run_id_says_what_is_missing(staff, usage, client, query):
+    client.force_login(staff)
+
+    response = client.get(CONSOLE + f"runs/?{query}")
+
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert 'id="run-search-errors"' in html and "Name a project and a day" not in html
+    expected = {
+        "run=": "Enter a run id to find a run.",
+        "run=abc": "A run id is a whole number, such as 1042.",
+        "run=0": "A run id is a whole number from 1.",
+    }[query]
+    assert expected in html
+
+
+def test_drill_down_breadcrumbs_name_the_organization_and_project(staff, tenant, usage, client):
+    client.force_login(staff)
+    organization, project = tenant.organization, tenant.project
+    query = f"level=day&organization={organization.pk}&project={project.pk}&model=mistral-large-2512"
+
+    response = client.get(CONSOLE + f"spend/?{query}")
+
+    labels = [label for label, _url in response.context["breadcrumbs"]]
+    assert labels == [
+        "All organizations",
+        f"{organization.name} ({organization.slug})",
+        f"{project.name} ({project.slug})",
+        "model mistral-large-2512",
+    ]
+    assert f"organization {organization.pk}" not in response.content.decode()
+
+
+def test_the_admin_sidebar_names_the_ledger_in_plain_english(staff, client):
+    client.force_login(staff)
+
+    html = client.get("/admin/").content.decode()
+
+    assert "Daily usage" in html and "Usage dailys" not in html
+
+
 @pytest.mark.parametrize(
     "query, header",
     [

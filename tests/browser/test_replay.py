@@ -10,9 +10,9 @@ from agentops.scoping import organization_scope
 from runs.models import Run
 from runs.services.agents import agent_create
 from runs.services.execute import run_execute, run_start
-from tests.browser.conftest import chromium_page
+from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
-from tests.browser.test_runs_pages import _console_errors, _sign_in
+from tests.browser.test_runs_pages import _console_errors, _sign_in, _wait_live
 from tests.fake_mistral import completion
 
 pytestmark = pytest.mark.browser
@@ -82,3 +82,66 @@ def test_member_replays_a_run_from_its_page_and_reads_the_diff(
     assert replay.status == "succeeded" and replay.output == "It is 42."
     bodies = [request["body"] for request in fake_mistral.requests[2:]]
     assert [body["temperature"] for body in bodies] == [1.2, 1.2] and bodies[0]["random_seed"] == 7
+
+
+@pytest.fixture
+def gated_offline_model(monkeypatch):
+    """The offline model, answering only once the test opens the gate: the run is
+    certainly still going when its page opens, however fast the machine."""
+    import threading
+
+    from agentops.llm.offline import OfflineProvider
+
+    gate = threading.Event()
+    answer = OfflineProvider.chat
+
+    def gated_chat(self, **kwargs):
+        assert gate.wait(60), "the test never let the model answer"
+        return answer(self, **kwargs)
+
+    # The worker runs in a thread of this process (tests/conftest.py), so the patch reaches it.
+    monkeypatch.setattr(OfflineProvider, "chat", gated_chat)
+    yield gate
+    gate.set()
+
+
+def test_the_replay_form_appears_when_the_run_ends_while_its_page_is_open(
+    asgi_server,  # noqa: F811 - the fixture imported above
+    celery_worker,
+    gated_offline_model,
+    tenant,
+    artifacts_dir,
+):
+    with organization_scope(tenant.organization):
+        agent = agent_create(
+            project=tenant.project, actor=tenant.member, name="calc", model="offline", tools=["calculator"]
+        )
+        run = run_start(project=tenant.project, agent=agent, actor=tenant.member, input="What is 6*7?")
+
+    base = f"{asgi_server}/o/acme/p/agent/runs"
+    with chromium_page() as page:
+        _sign_in(page, asgi_server, tenant.member)
+        page.goto(f"{base}/{run.pk}/")
+        errors = _console_errors(page)
+        _wait_live(page)
+        page.evaluate("window.__not_reloaded = true")
+        assert page.locator("#run-header .run-status").inner_text().strip() in ("Queued", "Running")
+        assert page.locator("#replay-start").count() == 0, "no replay of a run still going"
+
+        gated_offline_model.set()
+
+        wait_until(page, "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", 30_000)
+        page.locator("#replay-start").wait_for()
+        assert page.evaluate("window.__not_reloaded") is True
+        # The form that arrived works: a replay starts from it.
+        page.locator("#replay-start > summary").click()
+        assert page.locator("#replay_model").input_value() == "offline"
+        page.screenshot(path=str(artifacts_dir / "replay-form-live.png"), full_page=True)
+        page.click("#replay-button")
+        page.wait_for_url(f"{base}/*/")
+        assert f"/{run.pk}/" not in page.url
+        assert "Replay of" in page.locator("#replay-source").inner_text()
+        assert errors == []
+
+    with organization_scope(tenant.organization):
+        assert Run.objects.filter(replay_of=run).count() == 1

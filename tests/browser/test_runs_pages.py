@@ -4,6 +4,7 @@ arriving live, the step panel, and screenshots of each page for a person to look
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 
@@ -13,7 +14,7 @@ from django.utils import timezone
 from agentops.scoping import organization_scope
 from runs.models import Run
 from runs.services.ingest import StepEvent, ingest
-from tests.browser.conftest import chromium_page
+from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.factories import PASSWORD
 from tests.runs.test_pages import BIG_PAYLOAD_MARKER, T0, big_run_batch, multi_agent_runs, store, support_run
@@ -308,3 +309,44 @@ def test_sessions_multi_agent_tree_and_dashboard_render(server, tenant, artifact
         page.wait_for_url(f"{server}/o/acme/p/agent/runs/dashboard/")
         page.click("#range-picker summary")
         page.screenshot(path=str(artifacts_dir / "runs-dashboard-custom.png"))
+
+
+def test_a_running_runs_duration_advances_between_live_updates(server, tenant, artifacts_dir):
+    """A model may write for seconds with no live update: the header's "so far" keeps
+    counting meanwhile, instead of showing the figure of the last update."""
+    project = tenant.project
+    started = timezone.now() - timedelta(seconds=3)
+    with organization_scope(project.organization):
+        result = ingest(
+            project=project,
+            steps=[StepEvent(trace_id="slow-run", span_id="root", kind="agent", name="writer", started_at=started)],
+            announce=False,
+        )
+    run_id = result.runs_created[0]
+
+    with chromium_page() as page:
+        _sign_in(page, server, tenant.member)
+        page.goto(f"{server}/o/acme/p/agent/runs/{run_id}/")
+        errors = _console_errors(page)
+        # The header is fetched again when the socket (re)opens: from now on those fetches
+        # get an empty answer, so the header can only change in the page itself.
+        _wait_live(page)
+        page.wait_for_load_state("networkidle")
+        page.route("**/runs/*/live/**", lambda route: route.fulfill(status=204, body=""))
+        duration = page.locator("#run-duration")
+        assert "so far" in duration.inner_text()
+        first = duration.locator(".run-duration-value").inner_text()
+
+        changed = "document.querySelector('#run-duration .run-duration-value').textContent !== {}"
+        wait_until(page, changed.format(json.dumps(first)))
+        wait_until(page, changed.format(json.dumps(duration.locator(".run-duration-value").inner_text())))
+
+        def seconds(text: str) -> float:
+            value, unit = text.split()
+            return float(value) / (1000 if unit == "ms" else 1)
+
+        later = duration.locator(".run-duration-value").inner_text()
+        assert seconds(later) > seconds(first) >= 3, (first, later)
+        assert "so far" in duration.inner_text()
+        assert errors == []
+        page.screenshot(path=str(artifacts_dir / "run-detail-duration.png"))

@@ -449,7 +449,8 @@ def test_leaderboard_sorts_by_a_metric_cost_and_date(client, tenant, board):
     assert _order(client.get(page, {"sort": "cost"}).content.decode()) == [str(low.pk), str(middle.pk), str(high.pk)]
     assert _order(client.get(page, {"sort": "name"}).content.decode()) == [str(high.pk), str(low.pk), str(middle.pk)]
     stat = high.summary["metrics"]["accuracy"]
-    assert f"{stat['mean']:.2f} [{stat['ci_low']:.2f}, {stat['ci_high']:.2f}]" in by_date
+    interval = f"[{stat['ci_low']:.2f}, {stat['ci_high']:.2f}]"
+    assert f'{stat["mean"]:.2f} <span class="leaderboard-interval muted">{interval}</span>' in by_date
     assert 'data-sort="accuracy"' in by_date and 'data-sort="pass_rate"' in by_date
     assert f'href="{url("experiment", experiment_id=high.pk)}"' in by_date
 

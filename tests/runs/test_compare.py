@@ -417,16 +417,18 @@ def test_a_tool_with_other_arguments_pairs_only_where_no_equal_call_is_lost():
     assert plan_alignment("", "L calc:1") == [(None, "L"), (None, "calc:1")]
 
 
-def test_comparing_costs_three_queries_whatever_the_runs_size(tenant, django_assert_num_queries):
+def test_comparing_costs_a_fixed_number_of_queries_whatever_the_runs_size(tenant, django_assert_num_queries):
     small_a, small_b = run_a(tenant.project), run_b(tenant.project)
     big = [("tool", "calc", {"expression": f"{n}+1"}, {"value": n + 1}, "") for n in range(60)]
     big_a = agent_run(tenant.project, "big-a", plan=big, answer="a", memory={"n": 1}, seconds=60)
     big_b = agent_run(tenant.project, "big-b", plan=big[::-1], answer="b", memory={"n": 2}, seconds=60)
 
     with organization_scope(tenant.organization):
-        with django_assert_num_queries(3):
+        # Steps, tool calls, snapshots, the settings in the runs' state; and for each
+        # ingested run its first model call and (when it has one) its tool definitions.
+        with django_assert_num_queries(8):
             compare.compare_runs(small_a, small_b)
-        with django_assert_num_queries(3):
+        with django_assert_num_queries(6):  # no model call: no tool definitions to read
             result = compare.compare_runs(big_a, big_b)
     assert len(result["steps"]["pairs"]) >= 60
 
@@ -570,7 +572,7 @@ def test_api_returns_the_diff_as_json(tenant, two_runs, client_for):
 
     assert response.status_code == 200, response.content
     body = response.json()
-    assert set(body) == {"a", "b", "metrics", "output", "steps", "memory"}
+    assert set(body) == {"a", "b", "settings", "metrics", "output", "steps", "memory"}
     assert body["a"]["id"] == a.pk and body["b"]["trace_id"] == "run-b"
     assert [pair["status"] for pair in body["steps"]["pairs"]] == [
         "same",
@@ -711,3 +713,136 @@ def test_the_runs_list_links_to_the_compare_page(client, tenant, two_runs):
     html = client.get("/o/acme/p/agent/runs/").content.decode()
 
     assert f'href="{PAGE}"' in html
+
+
+# --- Settings: what a replay changed -------------------------------------------------------------
+
+
+@pytest.fixture
+def replayed(tenant):
+    """An executed run of an offline agent, and a replay of it with another temperature,
+    seed, system prompt and tool set, its tool calls served from the recording."""
+    from runs.services.agents import agent_create
+    from runs.services.execute import run_execute, run_start
+    from runs.services.replay import replay_start
+
+    with organization_scope(tenant.organization):
+        agent = agent_create(
+            project=tenant.project,
+            actor=tenant.member,
+            name="calc",
+            model="offline",
+            system_prompt="You are a careful calculator.",
+            tools=["calculator", "memory_set"],
+            parameters={"temperature": 0.1, "random_seed": 1},
+        )
+        source = run_start(project=tenant.project, agent=agent, actor=tenant.member, input="What is 6*7?")
+        run_execute(run_id=source.pk)
+        source.refresh_from_db()
+        (replay,) = replay_start(
+            source=source,
+            actor=tenant.member,
+            overrides={
+                "temperature": 0.9,
+                "random_seed": 3,
+                "system_prompt": "You are a hasty calculator.",
+                "tools": ["calculator"],
+            },
+            tool_mode="recorded",
+        )
+        run_execute(run_id=replay.pk)
+        replay.refresh_from_db()
+    return source, replay
+
+
+def test_a_replay_compared_with_its_source_names_the_settings_it_changed_first(tenant, replayed, client_for):
+    source, replay = replayed
+
+    body = client_for(tenant.viewer).get(API, {"a": source.pk, "b": replay.pk}).json()
+
+    assert list(body)[:3] == ["a", "b", "settings"]
+    settings = body["settings"]
+    assert settings["equal"] is False
+    changes = {change["name"]: change for change in settings["changes"]}
+    assert list(changes) == ["temperature", "random_seed", "system_prompt", "tools", "tool_mode"]
+    assert (changes["temperature"]["a"], changes["temperature"]["b"]) == (0.1, 0.9)
+    assert (changes["random_seed"]["a"], changes["random_seed"]["b"]) == (1, 3)
+    assert changes["system_prompt"]["inline"] == [
+        {"op": "equal", "text": "You are a "},
+        {"op": "delete", "text": "careful"},
+        {"op": "insert", "text": "hasty"},
+        {"op": "equal", "text": " calculator."},
+    ]
+    assert changes["tools"]["removed"] == ["memory_set"] and changes["tools"]["added"] == []
+    assert (changes["tool_mode"]["a"], changes["tool_mode"]["b"]) == ("live", "recorded")
+    # What did not change is there too, for reference.
+    assert settings["a"]["model"] == settings["b"]["model"] == "offline"
+    assert settings["a"]["top_p"] is None and settings["b"]["max_tokens"] is None
+
+
+def test_a_run_compared_with_itself_has_no_setting_changes(tenant, replayed, client_for):
+    source, _replay = replayed
+
+    body = client_for(tenant.viewer).get(API, {"a": source.pk, "b": source.pk}).json()
+
+    assert body["settings"]["equal"] is True and body["settings"]["changes"] == []
+
+
+def test_ingested_runs_settings_are_read_from_their_first_model_call(tenant):
+    def ingested(trace_id: str, temperature: float, system: str) -> Run:
+        ingest(
+            project=tenant.project,
+            steps=[
+                StepEvent(
+                    trace_id=trace_id,
+                    span_id="llm",
+                    kind="llm",
+                    name="chat",
+                    model=MODEL,
+                    started_at=at(0),
+                    ended_at=at(1),
+                    status="ok",
+                    input={
+                        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}],
+                        "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {}}}],
+                    },
+                    attributes={"gen_ai.request.temperature": temperature, "gen_ai.request.seed": 7},
+                )
+            ],
+        )
+        return Run.objects.get(project=tenant.project, trace_id=trace_id)
+
+    with organization_scope(tenant.organization):
+        a, b = ingested("otel-a", 0.2, "Be brief."), ingested("otel-b", 0.7, "Be brief.")
+        settings = compare.compare_runs(a, b)["settings"]
+
+    assert settings["a"]["model"] == MODEL and settings["a"]["tools"] == ["lookup"]
+    assert settings["a"]["system_prompt"] == "Be brief." and settings["a"]["random_seed"] == 7
+    assert settings["changes"] == [{"name": "temperature", "a": 0.2, "b": 0.7}]
+
+
+def test_compare_page_shows_what_changed_before_anything_else(client, tenant, replayed):
+    source, replay = replayed
+    client.force_login(tenant.viewer)
+
+    html = client.get(PAGE, {"a": source.pk, "b": replay.pk}).content.decode()
+
+    assert html.index('id="compare-settings"') < html.index('id="compare-runs"') < html.index('id="compare-metrics"')
+    changed = html[
+        html.index('id="compare-settings-changes"') : html.index("</table>", html.index('id="compare-settings"'))
+    ]
+    assert 'id="setting-temperature"' in changed and "0.1" in changed and "0.9" in changed
+    assert 'id="setting-random_seed"' in changed
+    assert '<del class="diff-old"><span class="visually-hidden">[deleted: </span>careful' in changed
+    assert "removed memory_set" in changed
+    assert "served from the recording" in changed and "made for real" in changed
+    assert 'id="setting-model"' not in changed
+
+
+def test_compare_page_says_when_no_setting_changed(client, tenant, replayed):
+    source, _replay = replayed
+    client.force_login(tenant.viewer)
+
+    html = client.get(PAGE, {"a": source.pk, "b": source.pk}).content.decode()
+
+    assert 'id="compare-settings-equal"' in html and 'id="compare-settings-changes"' not in html

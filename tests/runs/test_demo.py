@@ -24,3 +24,42 @@ def test_sample_runs_are_added_once_and_read_like_real_ones(tenant, capsys):
     # The demo replay answered its tool calls from the recording, and agrees.
     assert replay.status == "succeeded" and replay.output == executed.output
     assert replay.execution["replay"]["tool_mode"] == "recorded"
+
+
+def test_each_sample_run_can_be_replayed_from_its_page_without_a_mistral_key(tenant, client_for):
+    """A newcomer's first replay: the sample runs offer the replay form, starting on the
+    offline model (no key yet), and the replay succeeds with its tool calls served from
+    the recording."""
+    from runs.services.execute import run_execute
+
+    call_command("seed_demo_runs", "acme/agent")
+    member = client_for(tenant.member)
+    with organization_scope(tenant.organization):
+        samples = list(Run.objects.filter(executed=False).order_by("trace_id"))
+    assert len(samples) == 3
+    for sample in samples:
+        page_url = f"/o/acme/p/agent/runs/{sample.pk}/"
+        html = member.get(page_url).content.decode()
+        assert 'id="replay-refusal"' not in html, html[html.find("replay-refusal") - 100 :][:400]
+        assert 'id="replay-start"' in html and 'name="model" value="offline"' in html
+        assert "has no Mistral key" in html
+
+        response = member.post(
+            f"{page_url}replays/",
+            {
+                "model": "offline",
+                "system_prompt": "You are the support agent of Acme. Use the tools; answer in two sentences.",
+                "tools": [tool for tool in ("docs_search", "payments_lookup") if tool in html],
+                "tool_mode": "recorded",
+                "unmatched": "fail",
+                "repeat": "1",
+            },
+        )
+        assert response.status_code == 302, response
+        with organization_scope(tenant.organization):
+            replay = Run.objects.get(replay_of=sample)
+            run_execute(run_id=replay.pk)
+            replay.refresh_from_db()
+            served = list(replay.steps.filter(kind="tool").values_list("attributes__served", flat=True))
+        assert replay.status == "succeeded", replay.error
+        assert served == ["recorded"]

@@ -389,6 +389,36 @@ def test_gen_ai_tool_span_gives_a_tool_call():
     assert (call.latency_ms, call.started_at) == (1500.0, at(T0))
 
 
+def test_a_tool_span_gives_the_transcript_the_tools_answer_as_a_tool_message():
+    span = make_span(
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "get_weather",
+            "gen_ai.tool.call.id": "call_1",
+            "gen_ai.tool.call.result": '{"temperature": 21}',
+        },
+        name="execute_tool get_weather",
+    )
+    failed = make_span(
+        {"openinference.span.kind": "TOOL", "tool.name": "lookup"},
+        span_id=CHILD,
+        status=Status.STATUS_CODE_ERROR,
+        status_message="lookup timed out",
+    )
+
+    (message,) = mapped(span).messages
+    (failure,) = mapped(failed).messages
+
+    assert (message.role, message.content, message.tool_call_id, message.name) == (
+        "tool",
+        {"temperature": 21},
+        "call_1",
+        "get_weather",
+    )
+    assert message.span_id == ROOT.hex() and message.position > 0
+    assert (failure.role, failure.content, failure.name) == ("tool", "lookup timed out", "lookup")
+
+
 def test_a_failed_tool_without_a_call_id_is_keyed_by_its_span_and_named_by_the_span():
     span = make_span(
         {"openinference.span.kind": "TOOL", "input.value": "Paris"},

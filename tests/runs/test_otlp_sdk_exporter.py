@@ -172,7 +172,13 @@ def test_a_run_sent_by_the_opentelemetry_sdk_reads_back_with_tree_kinds_models_t
     ]
     assert [(c.step.input_tokens, c.step.output_tokens) for c in root.children if c.step.kind == "llm"] == CHATS
     assert [c.step.cost for c in root.children] == [Decimal("0.0072"), None, Decimal("0.00955")]
-    assert [(m.role, m.content) for m in transcript] == [("user", "Order 42?"), ("assistant", None)]
+    # The tool's answer, sent only on its tool span, is the transcript's tool message.
+    assert [(m.role, m.content) for m in transcript] == [
+        ("user", "Order 42?"),
+        ("assistant", None),
+        ("tool", {"status": "shipped"}),
+    ]
+    assert (transcript[2].tool_call_id, transcript[2].name) == ("call_1", "lookup_order")
     assert transcript[1].tool_calls == [{"id": "call_1", "name": "lookup_order", "arguments": {"order": 42}}]
     assert (tool_call.tool_name, tool_call.arguments, tool_call.result) == (
         "lookup_order",

@@ -640,6 +640,19 @@ def test_step_fragment_shows_the_steps_payloads_and_tokens(signed_in, tenant, ru
     assert "gen_ai.request.temperature" in panel and "lookup_order" in panel
 
 
+def test_step_panel_shows_a_message_that_only_calls_a_tool_by_its_call(signed_in, tenant, runs):
+    run = runs["trace-a"]
+    step = first_step(tenant.project, run, "llm-1")
+
+    panel = text(signed_in(tenant.viewer).get(f"{BASE}/{run.pk}/steps/{step.pk}/", **HTMX))
+
+    messages = panel[panel.index('class="step-messages"') :]
+    messages = messages[: messages.index("</ol>")]
+    assert "null" not in messages
+    assert re.search(r"assistant</span> <span class=\"step-message-call\">calls <code>lookup_order</code>", messages)
+    assert "{&quot;order&quot;: 1042, &quot;include&quot;: [&quot;eta&quot;]}" in messages
+
+
 def test_step_url_without_htmx_opens_the_run_page_with_the_step_selected(signed_in, tenant, runs):
     run = runs["trace-a"]
     step = first_step(tenant.project, run, "tool-1")

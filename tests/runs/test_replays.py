@@ -366,6 +366,39 @@ def test_run_page_offers_a_replay_and_starts_one(tenant, fake_mistral, client_fo
     assert f"#{replay.pk}" in source_page and "Replays of this run" in source_page
 
 
+def test_the_live_refresh_of_an_ended_run_brings_its_replay_form(tenant, fake_mistral, client_for):
+    with organization_scope(tenant.organization):
+        source = _source(tenant, fake_mistral, completion(content="42"), tools=())
+        running = Run.objects.create(
+            organization=tenant.organization, project=tenant.project, trace_id="still-going", status="running"
+        )
+    member = client_for(tenant.member)
+    base = f"/o/acme/p/{tenant.project.slug}/runs"
+
+    ended = member.get(f"{base}/{source.pk}/live/?tab=trace", HTTP_HX_REQUEST="true").content.decode()
+    going = member.get(f"{base}/{running.pk}/live/?tab=trace", HTTP_HX_REQUEST="true").content.decode()
+
+    assert f'id="run-replays-{source.pk}" hx-swap-oob="true"' in ended and 'id="replay-start"' in ended
+    assert "run-replays-" not in going and 'id="replay-start"' not in going
+    # The page it lands in has the slot to swap into.
+    page = member.get(f"{base}/{running.pk}/").content.decode()
+    assert f'id="run-replays-{running.pk}"' in page
+
+
+def test_a_run_that_cannot_be_replayed_says_why_once(tenant, client_for):
+    with organization_scope(tenant.organization):
+        source = _ingested_source(tenant, with_definitions=False)
+    page_url = f"/o/acme/p/{tenant.project.slug}/runs/{source.pk}/"
+    member = client_for(tenant.member)
+
+    html = member.get(page_url).content.decode()
+    flash = member.post(f"{page_url}replays/", {"repeat": "1"}, follow=True).content.decode()
+
+    for text in (html, flash):
+        assert "This run cannot be replayed: it does not carry the definitions of the tools it used" in text
+        assert "cannot be replayed: this run cannot be replayed" not in text.lower()
+
+
 def test_replay_form_errors_and_roles(tenant, fake_mistral, client_for):
     with organization_scope(tenant.organization):
         source = _source(tenant, fake_mistral, completion(content="42"), tools=())

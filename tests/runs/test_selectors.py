@@ -94,6 +94,31 @@ def test_transcript_drops_repeated_history(tenant):
     assert lines == [("system", "be brief"), ("user", "hi"), ("assistant", "hello"), ("user", "bye")]
 
 
+def test_a_tools_answer_repeated_as_json_text_in_the_next_call_is_shown_once(tenant):
+    project = tenant.project
+    call = [{"id": "c1", "name": "weather", "arguments": {"city": "Paris"}}]
+    events = [
+        MessageEvent(trace_id="t", message_id="a:in:0", position=0, role="user", content="weather?"),
+        MessageEvent(trace_id="t", message_id="a:out:0", position=10, role="assistant", content=None, tool_calls=call),
+        # From the tool span (runs.otlp.mapping): the answer as an object.
+        MessageEvent(
+            trace_id="t", message_id="tool:tool", position=15, role="tool", content={"t": 21}, tool_call_id="c1"
+        ),
+        # The next model call's input repeats the history, the answer as JSON text.
+        MessageEvent(trace_id="t", message_id="b:in:0", position=20, role="user", content="weather?"),
+        MessageEvent(trace_id="t", message_id="b:in:1", position=21, role="assistant", content=None, tool_calls=call),
+        MessageEvent(
+            trace_id="t", message_id="b:in:2", position=22, role="tool", content='{"t": 21}', tool_call_id="c1"
+        ),
+        MessageEvent(trace_id="t", message_id="b:out:0", position=30, role="assistant", content="21 degrees"),
+    ]
+    with organization_scope(project.organization):
+        ingest(project=project, messages=events, announce=False)
+        run = selectors.run_list(project=project).get()
+        lines = [(m.role, m.content) for m in selectors.transcript(run=run)]
+    assert lines == [("user", "weather?"), ("assistant", None), ("tool", {"t": 21}), ("assistant", "21 degrees")]
+
+
 def test_sessions_and_dashboard(tenant):
     project = tenant.project
     with organization_scope(project.organization):

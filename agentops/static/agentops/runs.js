@@ -148,6 +148,51 @@
   });
   document.addEventListener("htmx:oobAfterSwap", restoreTree);
 
+  // --- A running run's duration ticks ------------------------------------------------------
+
+  // The header says how long the run has gone on when it was drawn (data-elapsed-ms);
+  // between live updates (a model may stream for seconds without one) the time keeps
+  // going here, from the page's own clock, so a browser clock set wrong does not matter.
+  // Each new header (a live update) brings the server's figure again.
+  var clock = { element: null, base: 0, since: 0, timer: null };
+
+  function formatDuration(ms) {
+    // As the duration template filter writes it (runs/templatetags/runs_format.py).
+    if (ms < 1000) return Math.round(ms) + " ms";
+    var seconds = ms / 1000;
+    if (seconds < 60) return seconds < 10 ? seconds.toFixed(2) + " s" : seconds.toFixed(1) + " s";
+    var minutes = Math.floor(seconds / 60);
+    seconds = Math.floor(seconds % 60);
+    if (minutes < 60) return minutes + "m " + String(seconds).padStart(2, "0") + "s";
+    return Math.floor(minutes / 60) + "h " + String(minutes % 60).padStart(2, "0") + "m";
+  }
+
+  function tick() {
+    if (!clock.element || !clock.element.isConnected) startClock();
+    if (!clock.element) return;
+    var value = clock.element.querySelector(".run-duration-value");
+    if (value) value.textContent = formatDuration(clock.base + performance.now() - clock.since);
+  }
+
+  function startClock() {
+    var element = document.querySelector("#run-duration[data-elapsed-ms]");
+    if (element === clock.element) return;
+    clock.element = element;
+    if (!element) {
+      clearInterval(clock.timer);
+      clock.timer = null;
+      return;
+    }
+    clock.base = Number(element.dataset.elapsedMs) || 0;
+    clock.since = performance.now();
+    if (clock.timer === null) clock.timer = setInterval(tick, 250);
+  }
+
+  document.addEventListener("htmx:oobAfterSwap", startClock);
+  document.addEventListener("htmx:afterSettle", startClock);
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", startClock);
+  else startClock();
+
   // --- The runs list's sort applies at once ------------------------------------------------
 
   document.addEventListener("change", function (event) {
