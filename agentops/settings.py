@@ -254,8 +254,8 @@ JOBS_CALLBACK_URL = os.environ.get("JOBS_CALLBACK_URL", "http://127.0.0.1:8000")
 # could run code there. Turn it off (false) on installs shared with people you don't trust.
 JOBS_LOCAL_BACKEND = env_bool("JOBS_LOCAL_BACKEND", True)
 
-# Weights & Biases logging of ended experiments (only when an organization saved a W&B
-# key and the optional `wandb` package is installed): "online", or "offline" (to disk).
+# Weights & Biases logging of ended experiments (when an organization saved a W&B key):
+# "online", or "offline" (to disk).
 WANDB_MODE = os.environ.get("WANDB_MODE", "online")
 WANDB_DIR = Path(os.environ.get("WANDB_DIR", str(DATA_DIR / "wandb")))
 
