@@ -14,6 +14,10 @@ import time
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from agentops.outages import log_degraded
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +44,8 @@ def announce(*, project=None, organization=None, event: str, html: str = "", dat
     group = project_group(project.pk) if project is not None else organization_group(organization.pk)
     try:
         async_to_sync(get_channel_layer().group_send)(group, _message(event, html, data))
+    except RedisError as exc:  # Redis is down: every announce would say so
+        log_degraded(logger, "live updates are not sent", exc)
     except Exception:  # noqa: BLE001 - live updates are best effort by design
         logger.warning("could not announce %s to %s", event, group, exc_info=True)
 
@@ -64,7 +70,8 @@ def has_listeners(*, project=None, organization=None) -> bool:
 
     Reads the channels_redis group directly (a sorted set of channel names scored by
     the time they joined); this leans on channels_redis 4.3 internals, which the pinned
-    version and tests/agentops/test_live.py hold in place. Answers True when unsure."""
+    version and tests/agentops/test_live.py hold in place. Answers True when unsure, and
+    False while that Redis refuses connections."""
     group = project_group(project.pk) if project is not None else organization_group(organization.pk)
     known = _listeners_seen.get(group)
     if known is not None and time.monotonic() - known[0] < settings.LIVE_LISTENERS_CACHE_SECONDS:
@@ -74,6 +81,10 @@ def has_listeners(*, project=None, organization=None) -> bool:
         return True
     try:
         listening = _redis().zcount(layer._group_key(group), time.time() - layer.group_expiry, "+inf") > 0
+    except RedisConnectionError as exc:
+        # No page can receive anything while the layer's Redis is down: skip the rendering.
+        log_degraded(logger, "live updates are not sent", exc)
+        return False
     except Exception:  # noqa: BLE001 - unsure means announce
         logger.warning("could not count the listeners of %s", group, exc_info=True)
         return True

@@ -4,10 +4,12 @@ every TRACEBACK_EVERY_SECONDS per process and per server), so an outage under lo
 not bury the log in identical tracebacks (20 requests a second used to write 400 of
 them in 10 seconds).
 
-Two ways in, sharing one clock:
+Three ways in, sharing one clock:
 - ``log_refusal`` for the handlers that answer 503 themselves (the API's exception
   handler, batch and OTLP ingestion); they mark their response as logged, so Django's
   "Service Unavailable: /path" line does not double it;
+- ``log_degraded`` for what goes on without the server (rate limits while Redis is
+  down): one line when it starts, then at most one a minute;
 - ``OutageLogFilter`` on the console handler (settings.LOGGING) for every other record
   that carries such an error, a page's 500 logged by Django included.
 """
@@ -48,15 +50,15 @@ def reason(exc: BaseException) -> str:
     return f"{_server(exc)} unavailable ({type(exc).__name__}: {message[:300]})"
 
 
-def _first_of_outage(exc: BaseException) -> bool:
+def _first_of_outage(exc: BaseException, topic: str = "") -> bool:
     """Whether this failure gets the traceback (the first one in a while for its server)."""
     now = time.monotonic()
-    server = _server(exc)
+    key = f"{topic}:{_server(exc)}"
     with _lock:
-        last = _last_traceback.get(server)
+        last = _last_traceback.get(key)
         if last is not None and now - last < TRACEBACK_EVERY_SECONDS:
             return False
-        _last_traceback[server] = now
+        _last_traceback[key] = now
         return True
 
 
@@ -65,6 +67,14 @@ def log_refusal(logger: logging.Logger, what: str, exc: BaseException) -> None:
     traceback = exc if _first_of_outage(exc) else None
     # Marked, so OutageLogFilter leaves this record as it is.
     logger.warning("%s: %s", what, reason(exc), exc_info=traceback, extra={"_outage_reason": True})
+
+
+def log_degraded(logger: logging.Logger, what: str, exc: BaseException) -> None:
+    """Log that ``what`` is skipped while a server is unreachable, and the request goes
+    on without it (rate limits, live updates): one line when it starts, then at most one
+    every TRACEBACK_EVERY_SECONDS, since every request would say the same."""
+    if _first_of_outage(exc, topic=what):
+        logger.warning("%s: %s", what, reason(exc), extra={"_outage_reason": True})
 
 
 class OutageLogFilter(logging.Filter):

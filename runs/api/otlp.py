@@ -21,8 +21,8 @@ platform's ``{"error": {...}}``.
 415    a Content-Type other than protobuf or JSON (the Status body is then JSON), or a
        Content-Encoding other than gzip, deflate or none
 429    the key's rate limit (``Retry-After``)
-503    the database (or the rate limiter's Redis) is unreachable (``Retry-After``):
-       nothing is acknowledged that is not stored
+503    the database is unreachable (``Retry-After``): nothing is acknowledged that
+       is not stored. Redis alone down is no reason: rate limits and live updates wait.
 =====  ==============================================================================
 
 Log records: only the GenAI message events are stored (see ``runs.otlp.mapping.map_logs``);

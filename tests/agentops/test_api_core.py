@@ -191,10 +191,23 @@ def test_expired_invitation_does_not_block_inviting_the_address_again(tenant, cl
     assert statuses == {first.json()["id"]: "expired", second.json()["id"]: "pending"}
 
 
-def test_unreachable_redis_is_503_with_retry_after_not_500(tenant, client_for, settings):
-    settings.CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
-    }
+def test_a_read_is_served_while_the_rate_limiters_redis_is_down(tenant, client_for, redis_down):
+    # The limits are off while Redis is down; the organization is read from PostgreSQL.
+    response = client_for(tenant.owner).get("/api/v1/organizations/acme/")
+    assert response.status_code == 200
+    assert response.json()["slug"] == "acme"
+
+
+def test_unreachable_redis_is_503_with_retry_after_not_500(tenant, client_for, monkeypatch):
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from agentops.api.views import OrganizationDetailView
+
+    def redis_down(self):
+        raise RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    # Work that needs Redis (here: the body) and cannot do without it.
+    monkeypatch.setattr(OrganizationDetailView, "_body", redis_down)
     response = client_for(tenant.owner).get("/api/v1/organizations/acme/")
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
