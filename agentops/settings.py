@@ -409,6 +409,11 @@ EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "AgentOps Studio <noreply@localhost>")
+# A mail server that accepts the connection and then says nothing must not hold a worker.
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30)
+# Invitation emails are sent by a task that retries 5 times, this many seconds after the
+# first failure, doubling (agentops/tasks.py).
+INVITATION_EMAIL_RETRY_SECONDS = env_int("INVITATION_EMAIL_RETRY_SECONDS", 10)
 
 # --- REST API.
 REST_FRAMEWORK = {
