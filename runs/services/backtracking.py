@@ -37,7 +37,7 @@ _FLAG_LETTERS = set("aiLmsuxfbeprwV01-")
 _ZERO_WIDTH_ESCAPES = set("bBAZzGKmM")
 
 
-@dataclass
+@dataclass(eq=False)
 class _Atom:
     """One character (a literal, a class, an escape, ``.``), or a zero-width assertion
     or back-reference (``first`` is what it may start with)."""
@@ -46,14 +46,14 @@ class _Atom:
     nullable: bool = False
 
 
-@dataclass
+@dataclass(eq=False)
 class _Group:
     branches: list[list] = field(default_factory=list)
     atomic: bool = False  # (?>...): never backtracked into
     lookaround: bool = False  # zero width
 
 
-@dataclass
+@dataclass(eq=False)
 class _Repeat:
     node: object
     low: int
@@ -165,9 +165,11 @@ class _Parser:
         start = self.position
         letter = self.peek(1)
         self.position += 2
+        if not letter:  # a trailing backslash: the engine refuses the pattern anyway
+            return _Atom(first=ANY)
         if letter in _ZERO_WIDTH_ESCAPES:
             return _Atom(first=NOTHING, nullable=True)
-        if letter in "pPNx" and self.peek() == "{":
+        if letter in "pPNx" and self.peek() == "{":  # \p{L}, \N{name}, \x{263a}
             end = self.text.find("}", self.position)
             self.position = end + 1 if end != -1 else len(self.text)
         elif letter == "x":
@@ -179,7 +181,7 @@ class _Parser:
         elif letter == "0":
             while self.peek() in "01234567" and self.peek() and self.position - start < 4:
                 self.position += 1
-        elif letter.isdigit() or (letter in "gk" and self.peek() in "<{'"):
+        elif letter.isdigit() or (letter in "gk" and self.peek() and self.peek() in "<{'"):
             # A back-reference: it may match anything, or nothing.
             if letter in "gk":
                 closing = {"<": ">", "{": "}", "'": "'"}[self.peek()]
@@ -249,6 +251,22 @@ def _chars_of(prefix: str, source: str) -> frozenset:
     return frozenset(character for character in ALPHABET if compiled.fullmatch(character))
 
 
+def _memo(function):
+    """Each property computed once per node (a pattern of 500 characters may nest 160
+    groups; recomputing subtrees at every level would take seconds)."""
+    name = f"_{function.__name__}_memo"
+
+    def memoised(node):
+        value = node.__dict__.get(name)
+        if value is None:
+            value = function(node)
+            node.__dict__[name] = value
+        return value
+
+    return memoised
+
+
+@_memo
 def _nullable(node) -> bool:
     if isinstance(node, _Atom):
         return node.nullable
@@ -259,6 +277,7 @@ def _nullable(node) -> bool:
     return any(all(_nullable(item) for item in branch) for branch in node.branches)
 
 
+@_memo
 def _first(node) -> frozenset:
     """The characters a match of ``node`` may start with."""
     if isinstance(node, _Atom):
@@ -280,6 +299,7 @@ def _sequence_first(items: list, then: frozenset) -> frozenset:
     return first | then
 
 
+@_memo
 def _chars(node) -> frozenset:
     """Every character a match of ``node`` may contain."""
     if isinstance(node, _Atom):
@@ -335,13 +355,17 @@ def _repeats(node):
 def catastrophic_backtracking(pattern: str) -> str | None:
     """What makes ``pattern`` backtrack catastrophically ("nested repetition",
     "alternatives that can match the same text"), or None when it has neither shape.
-    ``pattern`` must compile with the `regex` engine (version 0)."""
-    tree = _Parser(pattern).parse()
-    for repeat in _repeats(tree):
-        if repeat.possessive or (repeat.high is not None and repeat.high <= 1):
-            continue
-        # Inside the repetition, what follows the body's end is its next iteration.
-        reason = _ambiguity(repeat.node, _first(repeat.node))
-        if reason:
-            return reason
+    Needs no compiled pattern: it runs before the `regex` engine compiles one, which
+    itself takes exponential time on nested repetition (20 levels: seconds)."""
+    try:
+        tree = _Parser(pattern).parse()
+        for repeat in _repeats(tree):
+            if repeat.possessive or (repeat.high is not None and repeat.high <= 1):
+                continue
+            # Inside the repetition, what follows the body's end is its next iteration.
+            reason = _ambiguity(repeat.node, _first(repeat.node))
+            if reason:
+                return reason
+    except RecursionError:
+        return "groups nested too deeply"
     return None

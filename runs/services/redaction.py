@@ -177,14 +177,15 @@ def validate_custom_pattern(pattern: str) -> str:
     backtrack catastrophically, else ValueError with the reason."""
     if not pattern or len(pattern) > MAX_CUSTOM_PATTERN_LENGTH:
         raise ValueError(f"a pattern must be 1 to {MAX_CUSTOM_PATTERN_LENGTH} characters")
-    try:
-        regex.compile(pattern, regex.V0)
-    except regex.error as exc:
-        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+    # Read before it is compiled: compiling nested repetition alone can take seconds.
     reason = catastrophic_backtracking(pattern)
     if reason:
         raise ValueError(
             f"the pattern {pattern!r} can take too long on some text (catastrophic backtracking: {reason}); "
             "rewrite it without nested repetition such as (a+)+ or alternatives that start alike such as (a|ab)+"
         )
+    try:
+        regex.compile(pattern, regex.V0)
+    except regex.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
     return pattern

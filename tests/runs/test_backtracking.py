@@ -56,3 +56,23 @@ def test_a_catastrophic_pattern_is_refused_with_the_shape_to_rewrite(pattern, re
 def test_a_safe_pattern_is_accepted(pattern):
     assert catastrophic_backtracking(pattern) is None
     assert validate_custom_pattern(pattern) == pattern
+
+
+def test_nested_repetition_is_refused_before_the_engine_compiles_it():
+    # Compiling this takes the `regex` engine seconds (exponential in the nesting): the
+    # check reads the text first and refuses it without compiling.
+    pattern = "(" * 25 + "a+" + ")+" * 25
+    with pytest.raises(ValueError, match="catastrophic backtracking: nested repetition"):
+        validate_custom_pattern(pattern)
+
+
+def test_groups_nested_too_deeply_to_read_are_refused_not_a_crash():
+    pattern = "(" * 240 + "a" + ")" * 240
+    with pytest.raises(ValueError, match="catastrophic backtracking: groups nested too deeply"):
+        validate_custom_pattern(pattern)
+
+
+@pytest.mark.parametrize("pattern", ["\\", "(", "[a-", "a{2,1}", "(?P<", "*a"])
+def test_a_pattern_that_does_not_compile_is_refused_as_invalid(pattern):
+    with pytest.raises(ValueError, match="invalid regular expression"):
+        validate_custom_pattern(pattern)
