@@ -32,6 +32,10 @@ from dataclasses import dataclass
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from agentops.outages import log_degraded
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +193,8 @@ def announce(
     group = _group(project=project, organization=organization, topic=topic)
     try:
         async_to_sync(get_channel_layer().group_send)(group, _message(group, event, html, data, follow))
+    except RedisError as exc:  # Redis is down: every announce would say so
+        log_degraded(logger, "live updates are not sent", exc)
     except Exception:  # noqa: BLE001 - live updates are best effort by design
         logger.warning("could not announce %s to %s", event, group, exc_info=True)
 
@@ -254,7 +260,8 @@ def listening(groups: list[str]) -> set[str]:
     Reads the channels_redis groups directly (sorted sets of channel names scored by
     the time they joined); this leans on channels_redis 4.3 internals, which the pinned
     version and tests/agentops/test_live.py hold in place. Counts a group as listening
-    when unsure. Answers are kept settings.LIVE_LISTENERS_CACHE_SECONDS per group."""
+    when unsure, and none while that Redis refuses connections. Answers are kept
+    settings.LIVE_LISTENERS_CACHE_SECONDS per group."""
     now = time.monotonic()
     answer: set[str] = set()
     unknown: list[str] = []
@@ -275,6 +282,10 @@ def listening(groups: list[str]) -> set[str]:
         for group in unknown:
             pipeline.zcount(layer._group_key(group), time.time() - layer.group_expiry, "+inf")
         counts = pipeline.execute()
+    except RedisConnectionError as exc:
+        # No page can receive anything while the layer's Redis is down: skip the rendering.
+        log_degraded(logger, "live updates are not sent", exc)
+        return set()
     except Exception:  # noqa: BLE001 - unsure means announce
         logger.warning("could not count the listeners of %d groups", len(unknown), exc_info=True)
         return answer | set(unknown)

@@ -72,6 +72,12 @@ class Invitation(TenantModel):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The email goes out from a task that retries (agentops.tasks.send_invitation_email):
+    # sent when it left, else the last failure; final once the retries are spent.
+    email_sent_at = models.DateTimeField(null=True, blank=True)
+    email_attempts = models.PositiveSmallIntegerField(default=0)
+    email_error = models.TextField(blank=True, default="")
+    email_failed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -94,6 +100,15 @@ class Invitation(TenantModel):
         if self.expires_at <= timezone.now():
             return "expired"
         return "pending"
+
+    @property
+    def email_status(self) -> str:
+        """queued (not sent yet, retries included), sent, or failed (retries spent)."""
+        if self.email_sent_at:
+            return "sent"
+        if self.email_failed_at:
+            return "failed"
+        return "queued"
 
     def __str__(self) -> str:
         return f"{self.email} ({self.role})"

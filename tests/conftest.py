@@ -137,3 +137,22 @@ def _seeded_price_table(request):
         seed_catalog(Price)
     yield
     prices_changed()
+
+
+@pytest.fixture
+def redis_down(settings, tmp_path, monkeypatch):
+    """The cache, the channel layer and the live-listener counter pointed at a real Redis
+    that was started and then stopped (connections are refused, as when Redis is down).
+    Celery's broker stays the test run's: it is not on the paths these tests exercise."""
+    from agentops import embedded, live
+
+    server = embedded.EmbeddedRedis(tmp_path / "stopped-redis")
+    url = server.acquire()
+    server.release()  # the last user out stops it
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}}
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [url]}}
+    }
+    monkeypatch.setattr(live, "_redis_client", None)
+    monkeypatch.setattr(live, "_listeners_seen", {})
+    return url

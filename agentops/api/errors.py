@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
-from redis.exceptions import RedisError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from agentops.errors import ServiceError
+from agentops.outages import UNAVAILABLE_ERRORS, log_refusal
+
+logger = logging.getLogger(__name__)
 
 UNAVAILABLE_RETRY_AFTER = 5
 
@@ -34,13 +37,17 @@ def exception_handler(exc, context):
     """DRF's EXCEPTION_HANDLER: map every known error to the one body."""
     if isinstance(exc, ServiceError):
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status)
-    if isinstance(exc, OperationalError | InterfaceError | RedisError):
+    if isinstance(exc, UNAVAILABLE_ERRORS):
         # The database or Redis is unreachable: nothing was done, the client may retry.
-        return Response(
+        request = context.get("request")
+        log_refusal(logger, f"{request.method} {request.path} refused" if request else "request refused", exc)
+        response = Response(
             error_body("unavailable", "the service is temporarily unavailable; retry later", None),
             status=503,
             headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER)},
         )
+        response._has_been_logged = True  # one line per refusal: Django's would repeat it
+        return response
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

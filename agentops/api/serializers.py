@@ -60,6 +60,12 @@ class TransferOwnershipSerializer(serializers.Serializer):
 class InvitationSerializer(serializers.ModelSerializer):
     invited_by = serializers.EmailField(source="invited_by.email", read_only=True, default=None)
     status = serializers.CharField(read_only=True)
+    email_status = serializers.ChoiceField(
+        choices=["queued", "sent", "failed"],
+        read_only=True,
+        help_text="queued: not sent yet (retried while the mail server fails); failed: retries spent, see email_error",
+    )
+    email_error = serializers.CharField(read_only=True)
 
     class Meta:
         model = Invitation
@@ -73,6 +79,8 @@ class InvitationSerializer(serializers.ModelSerializer):
             "expires_at",
             "accepted_at",
             "revoked_at",
+            "email_status",
+            "email_error",
         ]
 
 

@@ -1,26 +1,35 @@
-"""Invitations: create (email with a one-time link), revoke, accept."""
+"""Invitations: create (email with a one-time link), revoke, accept.
+
+The email leaves from a Celery task (agentops.tasks.send_invitation_email) that retries
+with backoff, so an unreachable mail server never fails the request that stored the
+invitation: the answer is 201 and the members page says the email is queued, sent, or
+failed (after the last retry, with the reason). The link holds the one-time token, so
+it travels to the task encrypted (agentops.crypto), never in plain text in the broker."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from datetime import timedelta
 
 from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from agentops import crypto
 from agentops.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from agentops.models import Invitation, Membership, Organization
+from agentops.models import Invitation, Membership
 from agentops.roles import Role
 from agentops.scoping import dangerously_unscoped, organization_scope
 from agentops.services.audit import audit_record
 from agentops.services.organizations import role_can_assign
 
 INVITATION_LIFETIME = timedelta(days=7)
+logger = logging.getLogger(__name__)
 
 
 def hash_token(token: str) -> str:
@@ -72,22 +81,56 @@ def invitation_create(
     except IntegrityError:
         raise Conflict(f"{email} already has an open invitation; revoke it to send a new one") from None
     link = base_url.rstrip("/") + reverse("invitation_accept", kwargs={"token": token})
-    # Sent after commit so a rolled-back invitation never reaches an inbox.
-    transaction.on_commit(lambda: _send_invitation_email(invitation, organization, link))
+    # Queued after commit so a rolled-back invitation never reaches an inbox.
+    transaction.on_commit(lambda: _queue_invitation_email(invitation, link))
     return invitation, token
 
 
-def _send_invitation_email(invitation: Invitation, organization: Organization, link: str) -> None:
-    send_mail(
-        subject=f"{settings.ACCOUNT_EMAIL_SUBJECT_PREFIX}You are invited to {organization.name}",
-        message=(
-            f"You have been invited to join {organization.name} on AgentOps Studio as {invitation.role}.\n\n"
-            f"Accept the invitation: {link}\n\n"
-            f"The link expires on {invitation.expires_at:%Y-%m-%d %H:%M} UTC."
-        ),
-        from_email=None,
-        recipient_list=[invitation.email],
-    )
+def _queue_invitation_email(invitation: Invitation, link: str) -> None:
+    from agentops.tasks import send_invitation_email  # tasks import this module
+
+    try:
+        send_invitation_email.delay(invitation.organization_id, invitation.pk, crypto.encrypt(link))
+    except Exception as exc:  # noqa: BLE001 - the invitation is stored; say why no email will come
+        logger.warning("invitation %s: the email could not be queued: %s", invitation.pk, exc)
+        invitation_email_failed(invitation_id=invitation.pk, error=f"the email could not be queued: {exc}", final=True)
+
+
+def invitation_email_send(*, invitation_id: int, link: str) -> bool:
+    """Send the invitation's email unless it was sent already or the invitation is no
+    longer open; True when it was sent now. Errors of the mail server propagate (the
+    task retries them)."""
+    with dangerously_unscoped("the email task re-enters by id; the invitation names its organization"):
+        invitation = Invitation.objects.select_related("organization").filter(pk=invitation_id).first()
+    if invitation is None or invitation.email_sent_at or invitation.status != "pending":
+        return False
+    organization = invitation.organization
+    with organization_scope(organization):
+        Invitation.objects.filter(pk=invitation.pk).update(email_attempts=models.F("email_attempts") + 1)
+        send_mail(
+            subject=f"{settings.ACCOUNT_EMAIL_SUBJECT_PREFIX}You are invited to {organization.name}",
+            message=(
+                f"You have been invited to join {organization.name} on AgentOps Studio as {invitation.role}.\n\n"
+                f"Accept the invitation: {link}\n\n"
+                f"The link expires on {invitation.expires_at:%Y-%m-%d %H:%M} UTC."
+            ),
+            from_email=None,
+            recipient_list=[invitation.email],
+        )
+        Invitation.objects.filter(pk=invitation.pk).update(
+            email_sent_at=timezone.now(), email_error="", email_failed_at=None
+        )
+    return True
+
+
+def invitation_email_failed(*, invitation_id: int, error: str, final: bool) -> None:
+    """Record why the invitation's email did not leave; ``final`` once no retry is left
+    (the members page then shows it as failed, with the reason)."""
+    changes = {"email_error": error[:1000]}
+    if final:
+        changes["email_failed_at"] = timezone.now()
+    with dangerously_unscoped("the email task re-enters by id"):
+        Invitation.objects.filter(pk=invitation_id, email_sent_at__isnull=True).update(**changes)
 
 
 def invitation_revoke(*, actor_membership: Membership, invitation: Invitation, ip: str | None = None) -> Invitation:

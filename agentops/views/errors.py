@@ -1,6 +1,8 @@
 """Error pages: JSON under /api/, HTML elsewhere."""
 
+from django.http import HttpResponseServerError
 from django.shortcuts import render
+from django.template.loader import render_to_string
 
 from agentops.api.errors import api_not_found, api_server_error
 
@@ -14,4 +16,6 @@ def not_found(request, exception=None):
 def server_error(request):
     if request.path.startswith("/api/"):
         return api_server_error(request)
-    return render(request, "500.html", status=500)
+    # Without the request: its context processors read the database, which may be what
+    # failed (a page during a PostgreSQL outage would fail again here).
+    return HttpResponseServerError(render_to_string("500.html"))

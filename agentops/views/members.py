@@ -67,7 +67,11 @@ class MembersPage(OrganizationPage):
             except ServiceError as exc:
                 form.add_error(None, exc.message)
             else:
-                messages.success(request, f"Invitation sent to {invitation.email} as {invitation.role}.")
+                messages.success(
+                    request,
+                    f"Invitation for {invitation.email} as {invitation.role} created; its email is queued "
+                    "(this page shows when it is sent).",
+                )
                 return redirect("members", org_slug=org_slug)
         return self._render(form, status=400)
 

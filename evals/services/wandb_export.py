@@ -1,9 +1,9 @@
-"""Optional: an ended experiment's metrics logged to Weights & Biases, when the
-organization saved a W&B API key (Secrets page, provider "wandb"; its base URL, if
-any, points at a self-hosted W&B server).
+"""An ended experiment's metrics logged to Weights & Biases, when the organization
+saved a W&B API key (Secrets page, provider "wandb"; its base URL, if any, points at a
+self-hosted W&B server).
 
-Uses the ``wandb`` SDK when it is installed (``pip install wandb``; it is not a
-runtime requirement). The W&B project is the AgentOps project's slug, the run is named
+Uses the ``wandb`` SDK, a runtime requirement (imported here only, when an experiment
+is logged: it is slow to import). The W&B project is the AgentOps project's slug, the run is named
 after the experiment and grouped by dataset. ``settings.WANDB_MODE`` ("online" by
 default; tests use "offline", which writes the run to disk through the real SDK).
 """
@@ -67,7 +67,10 @@ def log_experiment(*, experiment_id: int) -> bool:
     try:
         import wandb
     except ImportError:
-        logger.warning("experiment %s: a W&B key is saved but the wandb package is not installed", experiment_id)
+        logger.error(
+            "experiment %s: a W&B key is saved but the wandb package is missing: pip install -r requirements.txt",
+            experiment_id,
+        )
         return False
     api_key, base_url = credentials
     config, summary = wandb_payload(experiment)

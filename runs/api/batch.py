@@ -29,9 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import InterfaceError, OperationalError
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from redis.exceptions import RedisError
 from rest_framework import exceptions, serializers, status
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -42,6 +40,7 @@ from agentops.api.base import OrganizationEndpoint
 from agentops.api.errors import error_body
 from agentops.api.idempotency import idempotent
 from agentops.errors import Forbidden, InvalidRequest
+from agentops.outages import UNAVAILABLE_ERRORS, log_refusal
 from runs.api import serializers as s
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
@@ -367,10 +366,10 @@ class IngestView(OrganizationEndpoint):
         return "send runs (it needs the ingest scope)"
 
     def handle_exception(self, exc):
-        if isinstance(exc, OperationalError | InterfaceError | RedisError):
+        if isinstance(exc, UNAVAILABLE_ERRORS):
             # Never a 2xx for data that is not durable: the client keeps the batch and retries.
-            logger.warning("ingest refused: the database or Redis is unavailable", exc_info=exc)
-            return Response(
+            log_refusal(logger, "ingest refused", exc)
+            response = Response(
                 error_body(
                     "unavailable",
                     "the database or Redis is unavailable; nothing was stored, retry later",
@@ -379,6 +378,8 @@ class IngestView(OrganizationEndpoint):
                 status=status.HTTP_503_SERVICE_UNAVAILABLE,
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
+            response._has_been_logged = True  # one line per refusal: Django's would repeat it
+            return response
         return super().handle_exception(exc)
 
     @extend_schema(

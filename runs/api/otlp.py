@@ -21,8 +21,8 @@ platform's ``{"error": {...}}``.
 415    a Content-Type other than protobuf or JSON (the Status body is then JSON), or a
        Content-Encoding other than gzip, deflate or none
 429    the key's rate limit (``Retry-After``)
-503    the database (or the rate limiter's Redis) is unreachable (``Retry-After``):
-       nothing is acknowledged that is not stored
+503    the database is unreachable (``Retry-After``): nothing is acknowledged that
+       is not stored. Redis alone down is no reason: rate limits and live updates wait.
 =====  ==============================================================================
 
 Log records: only the GenAI message events are stored (see ``runs.otlp.mapping.map_logs``);
@@ -34,13 +34,11 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-from redis.exceptions import RedisError
 from rest_framework import exceptions
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import IsAuthenticated
@@ -50,6 +48,7 @@ from agentops.access import Access
 from agentops.api.authentication import ApiKeyAuthentication
 from agentops.api.throttling import ApiKeyRateThrottle
 from agentops.errors import ServiceError
+from agentops.outages import UNAVAILABLE_ERRORS, log_refusal
 from agentops.scoping import organization_scope, reset_scope
 from runs.otlp import decode, mapping
 from runs.services.ingest import ingest
@@ -144,8 +143,8 @@ class OtlpExportView(APIView):
         headers: dict[str, str] = {}
         if isinstance(exc, decode.BodyRejected):
             status, message = exc.status, str(exc)
-        elif isinstance(exc, OperationalError | InterfaceError | RedisError):
-            logger.warning("OTLP %s refused: a backing store is unreachable", self.signal, exc_info=True)
+        elif isinstance(exc, UNAVAILABLE_ERRORS):
+            log_refusal(logger, f"OTLP {self.signal} refused", exc)
             status, message = 503, "the server cannot store data right now; retry later"
             headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         elif isinstance(exc, ServiceError):
@@ -161,6 +160,8 @@ class OtlpExportView(APIView):
         response = HttpResponse(decode.encode_status(status, message, media), status=status, content_type=media)
         for name, value in headers.items():
             response[name] = value
+        if status == 503:
+            response._has_been_logged = True  # one line per refusal: Django's would repeat it
         return response
 
     def _response_media(self) -> str:

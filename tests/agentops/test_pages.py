@@ -21,6 +21,7 @@ from agentops.services.api_keys import api_key_create
 from agentops.services.audit import audit_record
 from agentops.services.invitations import invitation_create
 from agentops.services.secrets import provider_secret_set
+from tests.agentops.test_api_core import wait_for_mail
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
 ORG = "/o/acme"
@@ -516,14 +517,10 @@ def test_admin_cannot_invite_an_owner(signed_in, tenant):
     assert not Invitation.dangerously_unscoped_objects.filter(email="boss@example.com").exists()
 
 
-def test_invitation_is_emailed_and_accepted_by_the_invited_address(
-    signed_in, client, tenant, django_capture_on_commit_callbacks
-):
-    with django_capture_on_commit_callbacks(execute=True):
-        response = signed_in(tenant.admin).post(
-            f"{ORG}/members/", {"email": "New.Person@example.com", "role": "member"}
-        )
+def test_invitation_is_emailed_and_accepted_by_the_invited_address(signed_in, client, tenant, celery_worker):
+    response = signed_in(tenant.admin).post(f"{ORG}/members/", {"email": "New.Person@example.com", "role": "member"})
     assert response.status_code == 302
+    wait_for_mail(1)
     assert len(mail.outbox) == 1
     assert mail.outbox[0].to == ["new.person@example.com"]
     link = re.search(r"http://testserver(/invitations/[^/\s]+/)", mail.outbox[0].body).group(1)

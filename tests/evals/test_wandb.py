@@ -53,3 +53,22 @@ def test_metrics_go_to_wandb_when_a_key_is_saved(tenant, ended, settings, tmp_pa
         written = records[0].read_bytes()
     for part in expected:
         assert part in written, part
+
+
+def test_a_default_install_has_the_wandb_sdk():
+    """`make run` installs requirements.txt only: a saved W&B key must not meet a worker
+    that lacks the SDK (it used to log "wandb package is not installed" and nothing else)."""
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).resolve().parents[2]
+    lines = (root / "requirements.txt").read_text().splitlines()
+    pins = {
+        Requirement(line).name.lower(): Requirement(line).specifier
+        for line in (line.split("#")[0].strip() for line in lines)
+        if line and not line.startswith("-")
+    }
+    assert "wandb" in pins, "wandb is not in requirements.txt"
+    assert version("wandb") in pins["wandb"]

@@ -7,7 +7,7 @@ import json
 from decimal import Decimal
 
 import pytest
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connection
 
 from agentops.scoping import organization_scope
 from runs.api import batch
@@ -566,6 +566,34 @@ def test_database_unavailable_is_503_with_retry_after_and_nothing_stored(tenant,
     assert response.status_code == 503
     assert response["Retry-After"] == str(batch.RETRY_AFTER_SECONDS)
     assert response.json()["error"]["code"] == "unavailable"
+    assert row_counts(tenant)["Run"] == 0
+
+
+def test_a_batch_is_stored_while_redis_alone_is_down(tenant, ingest_client, redis_down):
+    # Rate limits and live updates need Redis; storing the batch does not.
+    response = send(ingest_client, mixed_batch(), HTTP_IDEMPOTENCY_KEY="while-redis-is-down")
+
+    assert response.status_code == 207
+    assert statuses(response) == [(201, "created")] * 10
+    assert row_counts(tenant)["Run"] > 0 and row_counts(tenant)["Step"] > 0
+    # The follow-up work (costs) is marked in PostgreSQL, for beat's ledger refresh: no
+    # Celery message was needed, none was lost.
+    from billing.models import LedgerBacklog
+
+    with organization_scope(tenant.organization):
+        run_ids = set(Run.objects.filter(project=tenant.project).values_list("pk", flat=True))
+    assert set(LedgerBacklog.objects.values_list("run_id", flat=True)) == run_ids
+    replay = send(ingest_client, mixed_batch(), HTTP_IDEMPOTENCY_KEY="while-redis-is-down")
+    assert replay["Idempotent-Replayed"] == "true"
+
+
+def test_a_batch_is_still_refused_when_postgresql_fails_while_redis_is_down(tenant, ingest_client, redis_down):
+    def refuse(execute, sql, params, many, context):
+        raise OperationalError("connection refused")
+
+    with connection.execute_wrapper(refuse):
+        response = send(ingest_client, mixed_batch())
+    assert response.status_code == 503
     assert row_counts(tenant)["Run"] == 0
 
 

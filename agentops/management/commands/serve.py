@@ -1,12 +1,11 @@
 """Run the whole platform in the foreground: the web server (HTTP and WebSocket),
-a Celery worker and Celery beat. Ctrl-C stops them all, and with them the embedded
-PostgreSQL and Redis when nothing else uses them."""
+a Celery worker and Celery beat, each restarted if it exits (agentops/supervisor.py).
+Ctrl-C or SIGTERM stops them all, and with them the embedded PostgreSQL and Redis when
+nothing else uses them."""
 
 import os
 import signal
-import subprocess
 import sys
-import time
 
 from django.conf import settings
 from django.core.management import call_command
@@ -14,10 +13,11 @@ from django.core.management.base import BaseCommand
 
 from agentops.management.commands.seed_demo import format_credentials
 from agentops.services.demo import demo_seed
+from agentops.supervisor import Supervisor
 
 
 class Command(BaseCommand):
-    help = "Migrate, optionally seed demo data, then run web server, worker and beat until Ctrl-C."
+    help = "Migrate, optionally seed demo data, then keep web server, worker and beat running until Ctrl-C."
 
     def add_arguments(self, parser):
         parser.add_argument("--demo", action="store_true", help="Create the demo data and print its credentials")
@@ -76,32 +76,14 @@ class Command(BaseCommand):
                 settings.CELERY_BEAT_SCHEDULE_FILENAME,
             ],
         }
-        children = {name: subprocess.Popen(argv) for name, argv in commands.items()}
+
+        def say(line: str) -> None:
+            self.stderr.write(line)
+            self.stderr.flush()
+
+        supervisor = Supervisor(commands, say=say)
+        signal.signal(signal.SIGINT, supervisor.stop)
+        signal.signal(signal.SIGTERM, supervisor.stop)
         self.stdout.write(f"AgentOps Studio on http://{host}:{port}/  (Ctrl-C stops everything)")
-        stopping = False
-
-        def stop(signum, frame):
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
-        exit_code = 0
-        while not stopping:
-            for name, child in children.items():
-                if child.poll() is not None:
-                    self.stderr.write(f"{name} exited with code {child.returncode}; stopping the platform")
-                    stopping, exit_code = True, 1
-                    break
-            time.sleep(0.5)
-        for child in children.values():
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for child in children.values():
-            try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
-        if exit_code:
-            sys.exit(exit_code)
+        self.stdout.flush()
+        supervisor.run()
