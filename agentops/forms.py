@@ -3,11 +3,11 @@ may change lives in the services, whose errors the views attach to these forms."
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, time, timedelta
 
 from django import forms
 
+from agentops import jsonsafe
 from agentops.models import ProviderSecret
 from agentops.roles import KEY_SCOPES, Role
 from agentops.services.organizations import role_can_assign
@@ -26,13 +26,21 @@ def json_object(text: str, what: str) -> dict:
     text = (text or "").strip()
     if not text:
         return {}
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise forms.ValidationError(f"This is not valid JSON: {exc}.") from None
+    value = json_value(text)
     if not isinstance(value, dict):
         raise forms.ValidationError(f"{what} must be a JSON object.")
     return value
+
+
+def json_value(text: str):
+    """A form field's text parsed as any JSON value by ``agentops.jsonsafe.loads`` (bounded
+    depth, nothing PostgreSQL cannot store), or a ValidationError saying what is wrong."""
+    try:
+        return jsonsafe.loads(text)
+    except jsonsafe.UnreadableJSON as exc:
+        raise forms.ValidationError(f"This JSON cannot be used: {exc}.") from None
+    except ValueError as exc:
+        raise forms.ValidationError(f"This is not valid JSON: {exc}.") from None
 
 
 def assignable_roles(actor_role: str) -> list[tuple[str, str]]:

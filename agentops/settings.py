@@ -442,6 +442,13 @@ REST_FRAMEWORK = {
         "user": env_rate("API_RATE_LIMIT_PER_USER", "600/min"),
     },
     "EXCEPTION_HANDLER": "agentops.api.errors.exception_handler",
+    # JSON bodies are bounded in size and depth and checked for what PostgreSQL cannot
+    # store (agentops/api/parsers.py); forms stay for the browsable API.
+    "DEFAULT_PARSER_CLASSES": [
+        "agentops.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "agentops.api.schema.PlatformAutoSchema",
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
@@ -467,6 +474,8 @@ SPECTACULAR_SETTINGS = {
 }
 IDEMPOTENCY_KEY_TTL = timedelta(hours=24)
 # Largest OTLP/HTTP body accepted, compressed or decompressed (413 above it).
+# The largest JSON body of the API (the batch ingest API has its own limits).
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 10 * 1024 * 1024)
 OTLP_MAX_BODY_BYTES = env_int("OTLP_MAX_BODY_BYTES", 16 * 1024 * 1024)
 
 # --- Internationalisation, static files.

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from django import forms
 from django.utils import timezone
 
+from agentops.forms import json_value
 from runs.models import IngestSettings, Run, SavedView
 from runs.selectors import SORTABLE, RunFilters
 from runs.services.agents import MAX_STEP_LIMIT, PARAMETER_RANGES
@@ -435,10 +435,7 @@ class WebhookToolForm(forms.Form):
         text = self.cleaned_data["parameters"].strip()
         if not text:
             return None
-        try:
-            schema = json.loads(text)
-        except ValueError as exc:
-            raise forms.ValidationError(f"This is not valid JSON: {exc}.") from None
+        schema = json_value(text)
         if not isinstance(schema, dict):
             raise forms.ValidationError('The schema must be a JSON object, such as {"type": "object", ...}.')
         return schema

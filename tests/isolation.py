@@ -3,7 +3,7 @@
 A resource's test class inherits the checks of the operations it has
 (``TenantIsolationChecks`` for all of them) and gets tests that another
 organization's object is a 404 on read, update and delete, that lists exclude it,
-and that an ``organization`` field in a request body is ignored.
+and that an ``organization`` field in a request body is refused (400 naming it).
 """
 
 from __future__ import annotations
@@ -99,13 +99,17 @@ class ListIsolation(_IsolationBase):
 
 
 class CreateIsolation(_IsolationBase):
-    def test_organization_in_body_is_ignored_on_create(self, caller, tenant, other_tenant):
+    def test_organization_in_body_is_refused_on_create(self, caller, tenant, other_tenant):
         body = {
             **self.create_body,
             "organization": other_tenant.organization.pk,
             "organization_id": other_tenant.organization.pk,
         }
-        response = caller.post(self.list_url(tenant), body, format="json")
+        refused = caller.post(self.list_url(tenant), body, format="json")
+        assert refused.status_code == 400, refused.content
+        assert refused.json()["error"]["message"].startswith("unknown fields 'organization', 'organization_id':")
+        # The same body without them creates the object, in the URL's organization.
+        response = caller.post(self.list_url(tenant), self.create_body, format="json")
         assert response.status_code in (200, 201), response.content
         assert self.created_organization_id(response) == tenant.organization.pk
 

@@ -51,6 +51,11 @@ class OrganizationEndpoint(generics.GenericAPIView):
         if permission is None:
             raise Forbidden(f"{request.method} is not allowed here")
         self.access.require(permission, self.describe(request.method))
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            # Parse the body now, even where the endpoint reads none: a body the
+            # parser refuses (too deep, too large, not storable) is always a 400,
+            # before anything is looked up or done.
+            request.data  # noqa: B018
 
     def resolve_access(self, request, api_key, **kwargs) -> Access:
         return resolve_organization(

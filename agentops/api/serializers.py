@@ -1,10 +1,37 @@
 """Serializers of the core API. Output serializers never include a secret; input
-serializers never accept an organization (it comes from the URL)."""
+serializers never accept an organization (it comes from the URL).
+
+Every serializer of a request body inherits ``InputSerializer`` (or ``StrictFieldsMixin``),
+in every app: a field it does not have is a 400 naming it, never silently dropped.
+"""
 
 from rest_framework import serializers
+from rest_framework.settings import api_settings
 
+from agentops.jsonsafe import unknown_fields
 from agentops.models import ApiKey, AuditEvent, Invitation, Membership, Organization, Project, ProviderSecret
 from agentops.roles import KEY_SCOPES, Role
+
+
+def refuse_unknown_fields(data, accepted: list[str]) -> None:
+    """A 400 naming every key of ``data`` that is not one of ``accepted``: the one rule
+    of every request body, for the few endpoints that read a body without a serializer."""
+    if problem := unknown_fields(data, accepted):
+        raise serializers.ValidationError({api_settings.NON_FIELD_ERRORS_KEY: [problem]}, code="unknown_field")
+
+
+class StrictFieldsMixin:
+    """Refuses a field the serializer does not have (or only reads), before any other
+    check, at every level of nesting: a typo (``schema`` for ``parameters``) or a field
+    of another endpoint (``session_id`` on a run start) must not be dropped silently."""
+
+    def to_internal_value(self, data):
+        refuse_unknown_fields(data, [name for name, field in self.fields.items() if not field.read_only])
+        return super().to_internal_value(data)
+
+
+class InputSerializer(StrictFieldsMixin, serializers.Serializer):
+    """The base of every serializer of a request body."""
 
 
 class OrganizationSerializer(serializers.ModelSerializer):
@@ -19,16 +46,16 @@ class OrganizationSerializer(serializers.ModelSerializer):
         return roles.get(organization.pk)
 
 
-class OrganizationCreateSerializer(serializers.Serializer):
+class OrganizationCreateSerializer(InputSerializer):
     name = serializers.CharField(max_length=100)
     slug = serializers.SlugField(max_length=50, required=False, allow_blank=True)
 
 
-class OrganizationUpdateSerializer(serializers.Serializer):
+class OrganizationUpdateSerializer(InputSerializer):
     name = serializers.CharField(max_length=100)
 
 
-class OrganizationDeleteSerializer(serializers.Serializer):
+class OrganizationDeleteSerializer(InputSerializer):
     confirm = serializers.CharField(help_text="The organization's slug, to confirm.")
 
 
@@ -49,11 +76,11 @@ class MembershipSerializer(serializers.ModelSerializer):
         fields = ["id", "user", "role", "created_at"]
 
 
-class MembershipUpdateSerializer(serializers.Serializer):
+class MembershipUpdateSerializer(InputSerializer):
     role = serializers.ChoiceField(choices=Role.choices)
 
 
-class TransferOwnershipSerializer(serializers.Serializer):
+class TransferOwnershipSerializer(InputSerializer):
     membership_id = serializers.IntegerField(help_text="The member who becomes owner.")
 
 
@@ -84,12 +111,12 @@ class InvitationSerializer(serializers.ModelSerializer):
         ]
 
 
-class InvitationCreateSerializer(serializers.Serializer):
+class InvitationCreateSerializer(InputSerializer):
     email = serializers.EmailField()
     role = serializers.ChoiceField(choices=Role.choices)
 
 
-class InvitationAcceptSerializer(serializers.Serializer):
+class InvitationAcceptSerializer(InputSerializer):
     token = serializers.CharField()
 
 
@@ -101,12 +128,12 @@ class ProjectSerializer(serializers.ModelSerializer):
         fields = ["id", "organization", "name", "slug", "created_at"]
 
 
-class ProjectCreateSerializer(serializers.Serializer):
+class ProjectCreateSerializer(InputSerializer):
     name = serializers.CharField(max_length=100)
     slug = serializers.SlugField(max_length=50, required=False, allow_blank=True)
 
 
-class ProjectUpdateSerializer(serializers.Serializer):
+class ProjectUpdateSerializer(InputSerializer):
     name = serializers.CharField(max_length=100)
 
 
@@ -137,7 +164,7 @@ class ApiKeyCreatedSerializer(ApiKeySerializer):
         fields = ApiKeySerializer.Meta.fields + ["key"]
 
 
-class ApiKeyCreateSerializer(serializers.Serializer):
+class ApiKeyCreateSerializer(InputSerializer):
     name = serializers.CharField(max_length=100)
     scopes = serializers.ListField(child=serializers.ChoiceField(choices=KEY_SCOPES), allow_empty=False)
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
@@ -151,7 +178,7 @@ class ProviderSecretSerializer(serializers.ModelSerializer):
         fields = ["provider", "api_key_hint", "base_url", "updated_by", "created_at", "updated_at"]
 
 
-class ProviderSecretWriteSerializer(serializers.Serializer):
+class ProviderSecretWriteSerializer(InputSerializer):
     api_key = serializers.CharField(write_only=True, trim_whitespace=True)
     base_url = serializers.CharField(required=False, allow_blank=True, default="")
 

@@ -14,6 +14,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from agentops.api.base import ProjectEndpoint
+from agentops.api.serializers import InputSerializer
 from agentops.errors import Forbidden, NotFound
 from evals.models import AnnotationQueue, QueueEntry, Score
 from evals.services import annotations
@@ -52,7 +53,7 @@ class QueueSerializer(serializers.ModelSerializer):
         return queue.created_by.email if queue.created_by else None
 
 
-class QueueCreateSerializer(serializers.Serializer):
+class QueueCreateSerializer(InputSerializer):
     name = serializers.CharField(max_length=100)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     evaluators = serializers.ListField(
@@ -61,7 +62,7 @@ class QueueCreateSerializer(serializers.Serializer):
     )
 
 
-class QueueRunsSerializer(serializers.Serializer):
+class QueueRunsSerializer(InputSerializer):
     run_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), allow_empty=False)
 
 
@@ -94,7 +95,7 @@ class ScoreSerializer(serializers.ModelSerializer):
         return score.author.email if score.author_id and score.author else None
 
 
-class ScoresSubmitSerializer(serializers.Serializer):
+class ScoresSubmitSerializer(InputSerializer):
     scores = serializers.DictField(help_text="{evaluator name: value on its scale}")
     comment = serializers.CharField(required=False, allow_blank=True, default="")
     queue = serializers.IntegerField(

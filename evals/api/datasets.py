@@ -15,6 +15,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
 from agentops.api.base import ProjectEndpoint
+from agentops.api.serializers import InputSerializer, refuse_unknown_fields
 from agentops.errors import InvalidRequest, NotFound
 from evals.models import Dataset, DatasetItem, DatasetVersion
 from evals.services import datasets as services
@@ -29,7 +30,7 @@ class DatasetSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "description", "latest_version", "item_count", "created_at", "updated_at"]
 
 
-class DatasetWriteSerializer(serializers.Serializer):
+class DatasetWriteSerializer(InputSerializer):
     name = serializers.CharField(max_length=services.MAX_NAME_LENGTH, required=False)
     description = serializers.CharField(required=False, allow_blank=True)
 
@@ -55,7 +56,7 @@ class ItemSerializer(serializers.ModelSerializer):
         fields = ["id", "key", "input", "expected", "metadata", "source_run", "added_in", "removed_in", "created_at"]
 
 
-class ItemInputSerializer(serializers.Serializer):
+class ItemInputSerializer(InputSerializer):
     """The schema of one item to add (the service checks them, naming the item's index)."""
 
     key = serializers.CharField(required=False, help_text="Stable id across versions; generated when missing.")
@@ -64,16 +65,16 @@ class ItemInputSerializer(serializers.Serializer):
     metadata = serializers.DictField(required=False)
 
 
-class ItemsAddSerializer(serializers.Serializer):
+class ItemsAddSerializer(InputSerializer):
     items = ItemInputSerializer(many=True)
     note = serializers.CharField(required=False, allow_blank=True)
 
 
-class ItemsRemoveSerializer(serializers.Serializer):
+class ItemsRemoveSerializer(InputSerializer):
     keys = serializers.ListField(child=serializers.CharField(max_length=services.MAX_KEY_LENGTH), allow_empty=False)
 
 
-class FromRunSerializer(serializers.Serializer):
+class FromRunSerializer(InputSerializer):
     run_id = serializers.IntegerField()
     expected = serializers.JSONField(
         required=False, allow_null=True, help_text="The expected output; the run's output when left out."
@@ -222,6 +223,7 @@ class DatasetItemListView(DatasetEndpoint):
             return self.version_response(version)
         body = request.data
         note = ""
+        refuse_unknown_fields(body, ["items", "note"])
         if isinstance(body, dict) and "items" in body:
             items, note = body["items"], body.get("note") or ""
             if not isinstance(note, str):

@@ -9,6 +9,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from agentops.api.base import ProjectEndpoint
+from agentops.api.serializers import InputSerializer
 from evals.models import Evaluator
 from evals.services.evaluators import evaluator_archive, evaluator_create, evaluator_update
 from evals.services.scoring import Subject, evaluate, passed, spec_of
@@ -37,7 +38,7 @@ class EvaluatorSerializer(serializers.ModelSerializer):
         return bool(evaluator.secret_ciphertext)
 
 
-class EvaluatorCreateSerializer(serializers.Serializer):
+class EvaluatorCreateSerializer(InputSerializer):
     name = serializers.CharField(max_length=64)
     kind = serializers.ChoiceField(choices=Evaluator.Kind.choices)
     description = serializers.CharField(required=False, allow_blank=True, default="")
@@ -48,7 +49,7 @@ class EvaluatorCreateSerializer(serializers.Serializer):
     )
 
 
-class EvaluatorUpdateSerializer(serializers.Serializer):
+class EvaluatorUpdateSerializer(InputSerializer):
     kind = serializers.CharField(required=False, help_text="Cannot change; accepted when it is the same.")
     name = serializers.CharField(max_length=64, required=False)
     description = serializers.CharField(required=False, allow_blank=True)
@@ -58,7 +59,7 @@ class EvaluatorUpdateSerializer(serializers.Serializer):
     archived = serializers.BooleanField(required=False, help_text="false restores an archived evaluator.")
 
 
-class EvaluatorTestSerializer(serializers.Serializer):
+class EvaluatorTestSerializer(InputSerializer):
     input = serializers.JSONField(required=False, allow_null=True, default=None)
     expected = serializers.JSONField(required=False, allow_null=True, default=None)
     output = serializers.JSONField(required=False, allow_null=True, default=None)

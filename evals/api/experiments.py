@@ -14,6 +14,7 @@ from agentops.api.base import ProjectEndpoint
 from agentops.api.idempotency import idempotent
 from agentops.api.lookup import by_name_or_id
 from agentops.api.pagination import CreatedCursorPagination
+from agentops.api.serializers import InputSerializer
 from agentops.errors import InvalidRequest, NotFound
 from evals import exports, selectors
 from evals.models import Dataset, Evaluator, Experiment, ExperimentResult
@@ -96,7 +97,7 @@ class ExperimentSerializer(serializers.ModelSerializer):
         return request.build_absolute_uri(page) if request is not None else page
 
 
-class ExperimentStartSerializer(serializers.Serializer):
+class ExperimentStartSerializer(InputSerializer):
     dataset = serializers.JSONField(help_text="The dataset's name or id.")
     dataset_version = serializers.IntegerField(required=False, allow_null=True, min_value=1, default=None)
     agent = serializers.JSONField(required=False, allow_null=True, default=None, help_text="The agent's name or id.")
@@ -145,11 +146,11 @@ class ResultSerializer(serializers.ModelSerializer):
         }
 
 
-class ResultsReportSerializer(serializers.Serializer):
+class ResultsReportSerializer(InputSerializer):
     results = serializers.ListField(child=serializers.JSONField(), allow_empty=False)
 
 
-class GateSerializer(serializers.Serializer):
+class GateSerializer(InputSerializer):
     conditions = serializers.ListField(child=serializers.JSONField(), allow_empty=False)
     baseline = serializers.JSONField(required=False, allow_null=True, default=None)
 

@@ -9,6 +9,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from agentops.api.base import ProjectEndpoint
+from agentops.api.serializers import InputSerializer
 from agentops.errors import NotFound
 from evals.models import OnlineRule
 from evals.services import online
@@ -26,7 +27,7 @@ class OnlineRuleSerializer(serializers.ModelSerializer):
         return {"id": rule.evaluator_id, "name": rule.evaluator.name, "kind": rule.evaluator.kind}
 
 
-class OnlineRuleCreateSerializer(serializers.Serializer):
+class OnlineRuleCreateSerializer(InputSerializer):
     evaluator = serializers.CharField(max_length=64, help_text="The evaluator's id or name (not a human one).")
     sampling_rate = serializers.FloatField(default=1.0, help_text="The share of matching runs scored, 0 to 1.")
     filters = serializers.DictField(
@@ -35,7 +36,7 @@ class OnlineRuleCreateSerializer(serializers.Serializer):
     enabled = serializers.BooleanField(default=True)
 
 
-class OnlineRuleUpdateSerializer(serializers.Serializer):
+class OnlineRuleUpdateSerializer(InputSerializer):
     sampling_rate = serializers.FloatField(required=False)
     filters = serializers.DictField(required=False)
     enabled = serializers.BooleanField(required=False)

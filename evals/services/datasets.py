@@ -23,6 +23,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agentops import jsonsafe
 from agentops.errors import Conflict, InvalidRequest, NotFound
 from agentops.jsonsafe import storage_problem
 from agentops.services.audit import audit_record
@@ -261,7 +262,7 @@ def text_value(text: str) -> Any:
     stripped = text.strip()
     if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]"):
         try:
-            value = json.loads(stripped)
+            value = jsonsafe.loads(stripped, strict=False)
         except ValueError:
             return text
         if isinstance(value, dict | list):
@@ -350,7 +351,7 @@ def _parse_csv(text: str, problems: list[str]) -> list[NewItem]:
             elif column == "metadata":
                 if cell.strip():
                     try:
-                        raw["metadata"] = json.loads(cell)
+                        raw["metadata"] = jsonsafe.loads(cell, strict=False)
                     except ValueError as exc:
                         problems.append(f"{where}: metadata is not valid JSON ({exc})")
                         raw["metadata"] = {}
@@ -384,7 +385,7 @@ def _parse_json_lines(text: str, problems: list[str]) -> list[NewItem]:
             continue
         where = f"line {number}"
         try:
-            value = json.loads(line)
+            value = jsonsafe.loads(line, strict=False)
         except ValueError as exc:
             message = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
             column = f", column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""

@@ -32,7 +32,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest
-from agentops.jsonsafe import MAX_BIGINT, MAX_MONEY, storage_problem
+from agentops.jsonsafe import MAX_BIGINT, MAX_MONEY, storage_problem, unknown_fields
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
 from evals import stats
@@ -712,10 +712,16 @@ def _uncount(experiment: Experiment, result: ExperimentResult) -> None:
     )
 
 
+# The fields of one reported result (docs/evaluations.md).
+REPORTED_FIELDS = ("item", "output", "scores", "cost", "latency_ms", "tokens", "error", "steps", "tool_calls")
+
+
 def _parse_reported(index: int, entry: Any) -> Reported:
     where = f"results[{index}]"
     if not isinstance(entry, dict):
         raise InvalidRequest(f"{where} must be an object")
+    if problem := unknown_fields(entry, REPORTED_FIELDS):
+        raise InvalidRequest(f"{where}: {problem}")
     key = entry.get("item")
     if not isinstance(key, str) or not key:
         raise InvalidRequest(f"{where}.item must be the item's key (a string)")

@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from agentops.errors import Conflict, InvalidRequest
-from agentops.jsonsafe import finite_number
+from agentops.jsonsafe import finite_number, unknown_fields
 from evals.models import Experiment
 
 COMPARATORS = {
@@ -54,6 +54,8 @@ def find_baseline(*, experiment: Experiment, baseline: dict | None) -> Experimen
         return None
     if not isinstance(baseline, dict):
         raise InvalidRequest('baseline must be {"experiment": <id>} or {"branch": "<name>"}')
+    if problem := unknown_fields(baseline, ("experiment", "branch")):
+        raise InvalidRequest(f"baseline: {problem}")
     if "experiment" in baseline:
         wanted = baseline["experiment"]
         if not isinstance(wanted, int) or isinstance(wanted, bool):
@@ -142,6 +144,8 @@ def _parse(index: int, condition: Any) -> dict:
     where = f"conditions[{index}]"
     if not isinstance(condition, dict):
         raise InvalidRequest(f"{where} must be an object with metric, comparator and threshold")
+    if problem := unknown_fields(condition, ("metric", "comparator", "threshold", "relative")):
+        raise InvalidRequest(f"{where}: {problem}")
     metric = condition.get("metric")
     if not isinstance(metric, str) or not metric:
         raise InvalidRequest(f"{where}.metric must be a metric's name")

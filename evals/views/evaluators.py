@@ -18,6 +18,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.urls import path
 
+from agentops import jsonsafe
 from agentops.errors import ServiceError
 from agentops.forms import json_object
 from agentops.pages import Need, ProjectPage
@@ -55,8 +56,8 @@ def _json_or_text(text: str) -> Any:
     if not text:
         return None
     try:
-        return json.loads(text)
-    except ValueError:
+        return jsonsafe.loads(text)
+    except ValueError:  # not JSON, or JSON too deep to use: tried as the text it is
         return text
 
 

@@ -15,6 +15,7 @@ from agentops.api.base import OrganizationEndpoint, ProjectEndpoint
 from agentops.api.idempotency import idempotent
 from agentops.api.lookup import by_name_or_id
 from agentops.api.pagination import CreatedCursorPagination
+from agentops.api.serializers import InputSerializer, refuse_unknown_fields
 from agentops.errors import NotFound
 from agentops.scoping import organization_scope
 from evals.models import Dataset, Evaluator
@@ -102,7 +103,7 @@ class JobSerializer(serializers.ModelSerializer):
         return request.build_absolute_uri(page) if request is not None else page
 
 
-class EvaluationSerializer(serializers.Serializer):
+class EvaluationSerializer(InputSerializer):
     dataset = serializers.JSONField(help_text="The dataset's name or id.")
     dataset_version = serializers.IntegerField(required=False, allow_null=True, min_value=1, default=None)
     evaluators = serializers.ListField(child=serializers.CharField(max_length=64), allow_empty=False)
@@ -110,7 +111,7 @@ class EvaluationSerializer(serializers.Serializer):
     seconds_per_item = serializers.FloatField(required=False, allow_null=True, min_value=0.001, default=None)
 
 
-class JobSubmitSerializer(serializers.Serializer):
+class JobSubmitSerializer(InputSerializer):
     backend = serializers.JSONField(help_text="The compute backend's name or id.")
     hardware = serializers.CharField(max_length=32)
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
@@ -316,7 +317,7 @@ class BackendSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "kind", "config", "credentials_hint", "enabled", "created_at", "updated_at"]
 
 
-class BackendWriteSerializer(serializers.Serializer):
+class BackendWriteSerializer(InputSerializer):
     name = serializers.CharField(max_length=64, required=False)
     kind = serializers.ChoiceField(choices=ComputeBackend.Kind.choices, required=False)
     config = serializers.DictField(required=False)
@@ -385,7 +386,7 @@ class SecretSerializer(serializers.ModelSerializer):
         fields = ["name", "hint", "updated_at"]
 
 
-class SecretWriteSerializer(serializers.Serializer):
+class SecretWriteSerializer(InputSerializer):
     name = serializers.CharField(max_length=128)
     value = serializers.CharField(max_length=65536, trim_whitespace=False)
 
@@ -455,6 +456,7 @@ class JobResultsView(JobTokenEndpoint):
     @extend_schema(request=dict, responses={202: dict})
     def post(self, request, job_id):
         job = self.job(request, job_id)
+        refuse_unknown_fields(request.data, ["results"])
         results = request.data.get("results") if isinstance(request.data, dict) else None
         with organization_scope(job.organization_id):
             accepted = job_results(job=job, results=results)

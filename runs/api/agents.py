@@ -7,6 +7,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from agentops.api.base import ProjectEndpoint
+from agentops.api.serializers import InputSerializer
 from agentops.errors import NotFound
 from runs import selectors
 from runs.api.serializers import RunDetailSerializer
@@ -43,7 +44,7 @@ class AgentSerializer(serializers.ModelSerializer):
         return AgentVersionSerializer(version).data if version else None
 
 
-class AgentConfigSerializer(serializers.Serializer):
+class AgentConfigSerializer(InputSerializer):
     model = serializers.CharField(max_length=200, required=False)
     system_prompt = serializers.CharField(required=False, allow_blank=True)
     tools = serializers.ListField(child=serializers.CharField(max_length=64), required=False)
@@ -58,7 +59,7 @@ class AgentCreateSerializer(AgentConfigSerializer):
     model = serializers.CharField(max_length=200)
 
 
-class RunStartSerializer(serializers.Serializer):
+class RunStartSerializer(InputSerializer):
     agent = serializers.IntegerField(help_text="The agent's id.")
     version = serializers.IntegerField(required=False, help_text="A version number; the latest by default.")
     input = serializers.JSONField(help_text="The user's message (text or JSON).")
@@ -73,7 +74,7 @@ class WebhookToolSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "description", "parameters", "url", "timeout_seconds", "created_at"]
 
 
-class WebhookToolCreateSerializer(serializers.Serializer):
+class WebhookToolCreateSerializer(InputSerializer):
     name = serializers.CharField(max_length=64)
     url = serializers.CharField(max_length=500)
     description = serializers.CharField(required=False, allow_blank=True, default="")

@@ -8,6 +8,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from agentops.api.base import ProjectEndpoint
+from agentops.api.serializers import InputSerializer
 from agentops.errors import NotFound
 from runs import selectors
 from runs.models import Approval
@@ -34,7 +35,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
         ]
 
 
-class ApprovalDecisionSerializer(serializers.Serializer):
+class ApprovalDecisionSerializer(InputSerializer):
     approval = serializers.IntegerField(help_text="The approval's id.")
     decision = serializers.ChoiceField(choices=["approve", "reject"])
     arguments = serializers.JSONField(required=False, help_text="Edited arguments to approve instead.")

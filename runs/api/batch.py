@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers, status
-from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -39,7 +37,10 @@ from agentops.access import Access
 from agentops.api.base import OrganizationEndpoint
 from agentops.api.errors import error_body
 from agentops.api.idempotency import idempotent
+from agentops.api.parsers import JSONParser, PayloadTooLarge
+from agentops.api.serializers import refuse_unknown_fields
 from agentops.errors import Forbidden, InvalidRequest
+from agentops.jsonsafe import MAX_DEPTH, child_path, printable, value_problem
 from agentops.outages import UNAVAILABLE_ERRORS, log_refusal
 from runs.api import serializers as s
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
@@ -50,55 +51,31 @@ logger = logging.getLogger(__name__)
 MAX_EVENT_BYTES = 256 * 1024  # one event, as compact UTF-8 JSON
 MAX_BATCH_BYTES = 10 * 1024 * 1024  # the whole request body
 MAX_BATCH_EVENTS = 5000
-MAX_NESTING_DEPTH = 64  # the event object itself is level 1
+MAX_NESTING_DEPTH = MAX_DEPTH  # the event object itself is level 1
 RETRY_AFTER_SECONDS = 5
-READ_CHUNK_BYTES = 1024 * 1024
 MAX_ECHO_LENGTH = 200  # of an id echoed in a result, and of a value quoted in a message
 
 EVENT_TYPES = tuple(s.EVENT_SERIALIZERS)
 
 
-class PayloadTooLarge(exceptions.APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
-    default_detail = "the request is too large"
+class BatchJSONParser(JSONParser):
+    """JSON, read with the batch's size limit and leniently enough that a NaN, a bad
+    string or a deep value in one event is that event's 400, not the whole batch's."""
 
+    def max_bytes(self) -> int:
+        return MAX_BATCH_BYTES
 
-class BatchJSONParser(BaseParser):
-    """JSON, read with a size limit and leniently enough that a NaN or a bad string in
-    one event is that event's 400, not the whole batch's."""
+    def too_large(self, limit: int) -> PayloadTooLarge:
+        return PayloadTooLarge(f"the body is over {limit} bytes: split the batch")
 
-    media_type = "application/json"
-
-    def parse(self, stream, media_type=None, parser_context=None):
-        request = (parser_context or {}).get("request")
-        declared = request.META.get("CONTENT_LENGTH") if request is not None else None
-        if declared and declared.isdigit() and int(declared) > MAX_BATCH_BYTES:
-            raise PayloadTooLarge(f"the body is over {MAX_BATCH_BYTES} bytes: split the batch")
-        chunks, total = [], 0
-        try:
-            while total <= MAX_BATCH_BYTES:
-                chunk = stream.read(min(READ_CHUNK_BYTES, MAX_BATCH_BYTES + 1 - total))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-        except OSError as exc:  # the client went away mid-body (UnreadablePostError)
-            raise exceptions.ParseError(f"the body could not be read: {exc}") from None
-        if total > MAX_BATCH_BYTES:
-            raise PayloadTooLarge(f"the body is over {MAX_BATCH_BYTES} bytes: split the batch")
-        raw = b"".join(chunks)
-        if not raw:
-            raise exceptions.ParseError("the body is empty")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise exceptions.ParseError(f"the body is not valid UTF-8 (byte {exc.start})") from None
+    def load(self, text: str):
         try:
             # NaN and Infinity are parsed here (Python's default) and refused per event below.
             return json.loads(text)
         except RecursionError:
-            raise exceptions.ParseError("the body is nested too deeply to be parsed") from None
+            raise exceptions.ParseError(
+                f"the body is nested deeper than {MAX_NESTING_DEPTH} levels, the most an event may hold"
+            ) from None
         except ValueError as exc:
             raise exceptions.ParseError(f"the body is not valid JSON: {exc}") from None
 
@@ -117,56 +94,10 @@ class BatchRequest(Request):
 # --- Per-event checks -------------------------------------------------------------
 
 
-def _printable(value: str, limit: int = MAX_ECHO_LENGTH) -> str:
-    """``value`` safe to echo in a response (and to store as an idempotent response in
-    JSONB): no NUL, no unpaired surrogate, bounded length."""
-    value = value[:limit].replace("\x00", "\ufffd")
-    return value.encode("utf-8", "replace").decode("utf-8")
-
-
-def _child_path(path: str, key: Any) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    key = _printable(key, 60)
-    return f"{path}.{key}" if path else key
-
-
-def _bad_string(value: str) -> str | None:
-    if "\x00" in value:
-        return "contains a NUL character, which cannot be stored"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "contains an unpaired surrogate (invalid Unicode)"
-    return None
-
-
 def unstorable_value(event: dict) -> str | None:
     """The first thing in ``event`` that PostgreSQL cannot store or that breaks our
-    limits, as "field.path: problem", or None. Iterative, so depth costs no stack."""
-    stack: list[tuple[Any, str, int]] = [(event, "", 1)]
-    while stack:
-        value, path, depth = stack.pop()
-        if isinstance(value, dict | list):
-            if depth > MAX_NESTING_DEPTH:
-                return f"{path}: nested deeper than {MAX_NESTING_DEPTH} levels"
-            if isinstance(value, dict):
-                children = list(value.items())
-                for key, _child in children:
-                    problem = _bad_string(key)
-                    if problem:
-                        return f"{path or 'event'}: a key {problem}"
-            else:
-                children = list(enumerate(value))
-            # Reversed so the first problem in document order is the one reported.
-            stack.extend((child, _child_path(path, key), depth + 1) for key, child in reversed(children))
-        elif isinstance(value, str):
-            problem = _bad_string(value)
-            if problem:
-                return f"{path}: {problem}"
-        elif isinstance(value, float) and not math.isfinite(value):
-            return f"{path}: NaN and Infinity are not valid JSON numbers"
-    return None
+    limits, as "field.path: problem", or None (agentops.jsonsafe's walk: no recursion)."""
+    return value_problem(event, max_depth=MAX_NESTING_DEPTH, root="event") or None
 
 
 def _json_type(value: Any) -> str:
@@ -183,10 +114,10 @@ def _error_message(detail: Any, path: str = "") -> str:
     """One line from DRF's nested error detail, naming the field: "tags[2]: Not a valid string."."""
     if isinstance(detail, dict):
         key, inner = next(iter(detail.items()))
-        return _error_message(inner, _child_path(path, key) if key != "non_field_errors" else path)
+        return _error_message(inner, child_path(path, key) if key != "non_field_errors" else path)
     if isinstance(detail, list):
         return _error_message(detail[0], path) if detail else f"{path}: invalid"
-    message = _printable(str(detail), 500)
+    message = printable(str(detail), 500)
     return f"{path}: {message}" if path else message
 
 
@@ -203,8 +134,8 @@ def _result(index: int, raw: Any, status_code: int, code: str, message: str | No
     raw_type = raw.get("type") if isinstance(raw, dict) else None
     return {
         "index": index,
-        "id": _printable(raw_id) if isinstance(raw_id, str) else None,
-        "type": _printable(raw_type) if isinstance(raw_type, str) else None,
+        "id": printable(raw_id) if isinstance(raw_id, str) else None,
+        "type": printable(raw_type) if isinstance(raw_type, str) else None,
         "status": status_code,
         "code": code,
         "error": {"code": code, "message": message} if message is not None else None,
@@ -222,7 +153,7 @@ def check_event(index: int, raw: Any, validators: dict[str, serializers.Serializ
         if "type" not in raw:
             got = "none"
         elif isinstance(event_type, str):
-            got = f"'{_printable(event_type, 50)}'"
+            got = f"'{printable(event_type, 50)}'"
         else:
             got = _json_type(event_type)
         return _result(index, raw, 400, "invalid", f"type: must be one of {', '.join(EVENT_TYPES)}; got {got}")
@@ -406,6 +337,7 @@ class IngestView(OrganizationEndpoint):
         body = request.data
         if not isinstance(body, dict):
             raise InvalidRequest('the body must be a JSON object: {"events": [...]}')
+        refuse_unknown_fields(body, ["events"])
         events = body.get("events")
         if not isinstance(events, list):
             raise InvalidRequest("events: required, a list of events")

@@ -12,7 +12,8 @@ type (``application/x-protobuf`` or ``application/json``), and error bodies are 
 platform's ``{"error": {...}}``.
 
 =====  ==============================================================================
-200    stored; ``partial_success`` says how many spans / log records were rejected and why
+200    stored; ``partial_success`` says how many spans / log records were rejected and why,
+       and which were stored with values changed to be storable (a warning)
 400    the body is not a decodable export request, or is truncated/corrupt when compressed
 401    no key, or an invalid, revoked or expired key (``WWW-Authenticate: Bearer``)
 403    the key lacks the ``ingest`` scope
@@ -202,7 +203,8 @@ class OtlpTracesView(OtlpExportView):
 
     def answer(self, batch, media):
         response = ExportTraceServiceResponse()
-        if batch.rejected:
+        if batch.rejected or batch.changed:
+            # With nothing rejected, a message alone is OTLP's way of a warning.
             response.partial_success.rejected_spans = batch.rejected
             response.partial_success.error_message = batch.error_message("spans")
         return self._response(response, media)
@@ -228,7 +230,7 @@ class OtlpLogsView(OtlpExportView):
 
     def answer(self, batch, media):
         response = ExportLogsServiceResponse()
-        if batch.rejected:
+        if batch.rejected or batch.changed:
             response.partial_success.rejected_log_records = batch.rejected
             response.partial_success.error_message = batch.error_message("log records")
         return self._response(response, media)

@@ -8,13 +8,14 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from agentops.api.idempotency import idempotent
+from agentops.api.serializers import InputSerializer
 from runs import selectors
 from runs.api.serializers import RunDetailSerializer
 from runs.api.views import RunsEndpoint
 from runs.services.replay import MAX_REPEAT, TOOL_MODES, UNMATCHED_POLICIES, replay_groups, replay_start
 
 
-class ReplayStartSerializer(serializers.Serializer):
+class ReplayStartSerializer(InputSerializer):
     overrides = serializers.DictField(
         required=False,
         default=dict,

@@ -4,8 +4,9 @@ Input: one serializer per event type of ``POST /api/v1/ingest`` (they are also t
 schema of the batch in /api/schema/). Fields are strict about types: a string field
 takes a JSON string, an integer field a JSON integer, so a client bug shows up as a
 400 naming the field instead of being silently coerced. ``null`` means "empty" for
-optional fields. Unknown fields (including any ``project`` or ``organization``) are
-ignored: the project always comes from the API key.
+optional fields. A field an event type does not have (including any ``project`` or
+``organization``: the project always comes from the API key) makes that event a 400
+naming it, as in every request body of the API.
 
 Output: runs, steps, messages, tool calls, memory snapshots and sessions as the read
 endpoints return them. Money is a decimal string, never a float.
@@ -18,6 +19,7 @@ import math
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from agentops.api.serializers import InputSerializer
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
 from runs.selectors import SORTABLE
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
@@ -140,7 +142,7 @@ def _any_json(**kwargs) -> serializers.JSONField:
 # --- Batch ingestion: one serializer per event type ------------------------------
 
 
-class RunEventSerializer(serializers.Serializer):
+class RunEventSerializer(InputSerializer):
     """A run (one agent execution, an OpenTelemetry trace). Only the fields present
     change: re-sending a run with just ``status`` and ``ended_at`` finishes it and
     keeps everything else."""
@@ -194,7 +196,7 @@ class RunEventSerializer(serializers.Serializer):
         return RunEvent(trace_id=trace_id, fields=data)
 
 
-class StepEventSerializer(serializers.Serializer):
+class StepEventSerializer(InputSerializer):
     """A step (span) of a run: an LLM call, a tool call, a retrieval... Cost is computed
     from the price table when the step has a model. Re-sending a step replaces it."""
 
@@ -240,7 +242,7 @@ class StepEventSerializer(serializers.Serializer):
         )
 
 
-class MessageEventSerializer(serializers.Serializer):
+class MessageEventSerializer(InputSerializer):
     """One message of the transcript. ``position`` orders the transcript."""
 
     type = serializers.ChoiceField(choices=["message"])
@@ -275,7 +277,7 @@ class MessageEventSerializer(serializers.Serializer):
         )
 
 
-class ToolCallEventSerializer(serializers.Serializer):
+class ToolCallEventSerializer(InputSerializer):
     """One tool invocation: arguments, result or error, latency."""
 
     type = serializers.ChoiceField(choices=["tool_call"])
@@ -306,7 +308,7 @@ class ToolCallEventSerializer(serializers.Serializer):
         )
 
 
-class MemoryEventSerializer(serializers.Serializer):
+class MemoryEventSerializer(InputSerializer):
     """The agent's memory or state after a step. ``sequence`` orders the snapshots."""
 
     type = serializers.ChoiceField(choices=["memory"])
@@ -338,7 +340,7 @@ EVENT_SERIALIZERS: dict[str, type[serializers.Serializer]] = {
 }
 
 
-class IngestBatchSerializer(serializers.Serializer):
+class IngestBatchSerializer(InputSerializer):
     """The request of ``POST /api/v1/ingest`` (documentation only: each event is
     validated on its own by the serializer of its type)."""
 

@@ -5,11 +5,12 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from agentops.api.base import ProjectEndpoint
+from agentops.api.serializers import InputSerializer
 from runs.models import IngestSettings
 from runs.services.settings import ingest_settings_get, ingest_settings_update
 
 
-class IngestSettingsSerializer(serializers.Serializer):
+class IngestSettingsSerializer(InputSerializer):
     redact = serializers.ListField(
         child=serializers.ChoiceField(choices=IngestSettings.Redaction.choices),
         help_text="Built-in rules applied to every payload before it is stored.",

@@ -13,7 +13,6 @@ Nothing here knows about Django: the view hands over a file-like stream and head
 from __future__ import annotations
 
 import base64
-import json
 import zlib
 from typing import Any, BinaryIO
 
@@ -23,6 +22,8 @@ from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from agentops import jsonsafe
+
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 READ_CHUNK_BYTES = 64 * 1024
@@ -31,6 +32,9 @@ READ_CHUNK_BYTES = 64 * 1024
 # whole request failing. Not zero: an all-zero parent id means "no parent", and a span
 # with an unreadable parent would have become a root.
 INVALID_ID = b"\xff"
+# The protobuf decoder refuses messages nested deeper than 100; in OTLP/JSON a message
+# level is at most two of JSON's (an object, and the array of a repeated field).
+MAX_JSON_DEPTH = 200
 
 # google.rpc.Status codes (gRPC codes) for the HTTP statuses these endpoints answer with.
 GRPC_CODE_FOR_HTTP_STATUS = {
@@ -159,8 +163,9 @@ def _decode(body: bytes, media: str, message: Message, convert_ids) -> Any:
             raise UndecodableBody(f"the body is not a valid {name} protobuf: {exc}") from None
         return message
     try:
-        document = json.loads(body) if body.strip() else {}
-    except (ValueError, RecursionError) as exc:  # ValueError covers bad JSON and bad UTF-8
+        # Bounded depth, no recursion; NaN, NUL characters and the like are the mapping's.
+        document = jsonsafe.loads(body, max_depth=MAX_JSON_DEPTH, strict=False) if body.strip() else {}
+    except ValueError as exc:  # bad JSON, bad UTF-8, or too deep
         raise UndecodableBody(f"the body is not valid JSON: {exc}") from None
     if not isinstance(document, dict):
         raise UndecodableBody(f"the body must be a JSON object ({name})")

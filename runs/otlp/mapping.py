@@ -18,9 +18,14 @@ of the parent run, for a sub-agent traced separately).
 
 Whatever a client sends, the events hold valid PostgreSQL ``jsonb`` and ``text``: no
 NaN or Infinity (kept as the strings ``"NaN"``, ``"Infinity"``), no NUL characters, no
-unpaired surrogates, at most ``MAX_DEPTH`` levels of nesting; bytes are base64; text
-columns are cut to their length; token counts that are not plausible counts are ignored.
-A span that still cannot be read is rejected alone (partial success), never the batch.
+unpaired surrogates (``?``), at most ``MAX_DEPTH`` levels of nesting; bytes are base64;
+text columns are cut to their length. Attributes are free-form telemetry (a model's
+output may hold a NUL), so these are cleaned rather than refused, and every span or log
+record so changed is named in ``partial_success`` (with nothing rejected, the OTLP way
+of a warning). What cannot be meant as sent is refused: a span whose end time is unset
+(0), a time after 2262 (beyond signed 64-bit nanoseconds: an overflow, not a clock), a
+token count that is not a whole number from 0 to ``MAX_TOKENS``. A span that cannot be
+stored is rejected alone (partial success), never the batch.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ import json
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,6 +57,8 @@ TRUNCATED = f"[nested deeper than {MAX_DEPTH} levels: not kept]"
 # counts over a run would overflow the totals.
 MAX_TOKENS = 100_000_000
 MAX_POSITION = 2**63 - 1
+# Signed 64-bit nanoseconds end in 2262; a later time is an overflow (2^64 - 1 is 2554).
+MAX_UNIX_NANOS = 2**63 - 1
 MAX_TAGS = 50
 MAX_PROBLEMS_REPORTED = 5
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -144,18 +153,35 @@ class MappedBatch:
     received: int = 0
     rejected: int = 0
     problems: list[str] = field(default_factory=list)
+    changed: int = 0
+    changes: list[str] = field(default_factory=list)
 
     def reject(self, reason: str) -> None:
         self.rejected += 1
         if len(self.problems) < MAX_PROBLEMS_REPORTED:
             self.problems.append(reason)
 
+    def change(self, item: str, notes: set[str]) -> None:
+        """``item`` was stored with ``notes`` (how its values were made storable)."""
+        if not notes:
+            return
+        self.changed += 1
+        if len(self.changes) < MAX_PROBLEMS_REPORTED:
+            self.changes.append(f"{item}: {', '.join(sorted(notes))}")
+
     def error_message(self, what: str) -> str:
-        """One line for ``partial_success.error_message`` (empty when nothing was rejected)."""
-        if not self.rejected:
-            return ""
-        more = "; ..." if self.rejected > len(self.problems) else ""
-        return f"{self.rejected} of {self.received} {what} rejected: " + "; ".join(self.problems) + more
+        """One line for ``partial_success.error_message``: what was rejected, then what
+        was stored changed (empty when neither)."""
+        parts = []
+        if self.rejected:
+            more = "; ..." if self.rejected > len(self.problems) else ""
+            parts.append(f"{self.rejected} of {self.received} {what} rejected: " + "; ".join(self.problems) + more)
+        if self.changed:
+            more = "; ..." if self.changed > len(self.changes) else ""
+            parts.append(
+                f"{self.changed} of {self.received} {what} stored with changes: " + "; ".join(self.changes) + more
+            )
+        return ". ".join(parts)
 
     @property
     def empty(self) -> bool:
@@ -173,22 +199,51 @@ class SpanEvents:
 # --- Values -------------------------------------------------------------------------
 
 
+# What the values of the item being mapped needed to become storable (see ``noting``).
+_notes: ContextVar[set[str] | None] = ContextVar("otlp_mapping_notes", default=None)
+NUL_REMOVED = "NUL characters removed"
+SURROGATES_REPLACED = "unpaired surrogates replaced by ?"
+NOT_FINITE_AS_TEXT = "NaN or Infinity kept as text"
+NESTING_CUT = f"values nested deeper than {MAX_DEPTH} levels replaced by a note"
+TEXT_CUT = "text longer than its field cut"
+
+
+@contextmanager
+def noting() -> Iterator[set[str]]:
+    """Collect, while mapping one span or log record, how its values were changed."""
+    notes: set[str] = set()
+    token = _notes.set(notes)
+    try:
+        yield notes
+    finally:
+        _notes.reset(token)
+
+
+def _note(what: str) -> None:
+    notes = _notes.get()
+    if notes is not None:
+        notes.add(what)
+
+
 def clean_text(text: str) -> str:
     """``text`` as PostgreSQL stores it: without NUL characters and unpaired surrogates
     (which JSON escapes such as ``\\ud800`` can produce)."""
     if "\x00" in text:
         text = text.replace("\x00", "")
+        _note(NUL_REMOVED)
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
             text = text.encode("utf-8", "replace").decode("utf-8")
+            _note(SURROGATES_REPLACED)
     return text
 
 
 def clean_float(number: float) -> float | str:
     if math.isfinite(number):
         return number
+    _note(NOT_FINITE_AS_TEXT)
     return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
 
 
@@ -201,6 +256,7 @@ def json_safe(value: Any, depth: int = 0) -> Any:
     if isinstance(value, float):
         return clean_float(value)
     if depth >= MAX_DEPTH:
+        _note(NESTING_CUT)
         return TRUNCATED
     if isinstance(value, dict):
         return {clean_text(str(key)): json_safe(item, depth + 1) for key, item in value.items()}
@@ -223,6 +279,7 @@ def any_value(value: AnyValue, depth: int = 0) -> Any:
     if kind == "bytes_value":
         return base64.b64encode(value.bytes_value).decode("ascii")
     if kind in ("array_value", "kvlist_value") and depth >= MAX_DEPTH:
+        _note(NESTING_CUT)
         return TRUNCATED
     if kind == "array_value":
         return [any_value(item, depth + 1) for item in value.array_value.values]
@@ -256,7 +313,10 @@ def text_value(value: Any, max_length: int) -> str:
     if value is None or isinstance(value, dict | list):
         return ""
     text = value if isinstance(value, str) else json.dumps(value) if isinstance(value, bool) else str(value)
-    return clean_text(text).strip()[:max_length]
+    text = clean_text(text).strip()
+    if len(text) > max_length:
+        _note(TEXT_CUT)
+    return text[:max_length]
 
 
 def content_text(value: Any) -> str:
@@ -283,28 +343,31 @@ def first_text(attributes: dict, keys: Iterable[str], max_length: int) -> str:
     return ""
 
 
-def token_count(value: Any) -> int | None:
-    """A token count, or None for anything that is not a plausible one (text, NaN,
-    negative, absurdly large): such values are ignored, never an error."""
-    if isinstance(value, bool):
+def token_count(value: Any, name: str) -> int | None:
+    """A token count (``name`` is the attribute's), None when absent, InvalidItem for
+    anything that is not a whole number from 0 to MAX_TOKENS: it cannot be stored as
+    sent, and a count stored as 0 would misstate the run's cost."""
+    if value is None or value == "":
         return None
-    if isinstance(value, int):
+    count = None
+    if isinstance(value, int) and not isinstance(value, bool):
         count = value
-    elif isinstance(value, float) and math.isfinite(value):
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
         count = int(value)
     elif isinstance(value, str) and _DIGITS.fullmatch(value):
         count = int(value)
-    else:
-        return None
-    return count if 0 <= count <= MAX_TOKENS else None
+    if count is None or not 0 <= count <= MAX_TOKENS:
+        shown = value if isinstance(value, int | float) else repr(value)[:60]
+        raise InvalidItem(f"{name}: {shown} is not a token count (a whole number from 0 to {MAX_TOKENS:,})")
+    return count
 
 
-def first_count(attributes: dict, keys: Iterable[str], fallback: Any = None) -> int | None:
+def first_count(attributes: dict, keys: Iterable[str], fallback: Any = None, fallback_name: str = "") -> int | None:
+    """The count of the first of ``keys`` present (else of ``fallback``)."""
     for key in keys:
-        count = token_count(attributes.get(key))
-        if count is not None:
-            return count
-    return token_count(fallback)
+        if attributes.get(key) not in (None, ""):
+            return token_count(attributes[key], key)
+    return token_count(fallback, fallback_name)
 
 
 def hex_id(raw: bytes, size: int, what: str) -> str:
@@ -315,10 +378,13 @@ def hex_id(raw: bytes, size: int, what: str) -> str:
     return raw.hex()
 
 
-def timestamp(unix_nanos: int) -> datetime | None:
-    """A UTC datetime (microseconds) from unix nanoseconds; None for 0 (unset)."""
+def timestamp(unix_nanos: int, what: str = "time") -> datetime | None:
+    """A UTC datetime (microseconds) from unix nanoseconds; None for 0 (unset);
+    InvalidItem for a time after 2262 (MAX_UNIX_NANOS)."""
     if not unix_nanos:
         return None
+    if unix_nanos > MAX_UNIX_NANOS:
+        raise InvalidItem(f"{what} {unix_nanos} is after 2262: an overflow, not a time (unix nanoseconds)")
     return EPOCH + timedelta(microseconds=unix_nanos // 1000)
 
 
@@ -388,7 +454,7 @@ def span_events(span: Span) -> list[dict]:
     return [
         {
             "name": clean_text(event.name),
-            "time": timestamp(event.time_unix_nano).isoformat() if event.time_unix_nano else None,
+            "time": timestamp(event.time_unix_nano, "event time").isoformat() if event.time_unix_nano else None,
             "attributes": attributes_dict(event.attributes),
         }
         for event in span.events
@@ -399,9 +465,12 @@ def usage(attributes: dict) -> tuple[int, int, int]:
     """(input, cached input, output) tokens; 0 when not reported."""
     details = parse_json_text(attributes.get("langfuse.observation.usage_details"))
     details = details if isinstance(details, dict) else {}
-    input_tokens = first_count(attributes, INPUT_TOKEN_KEYS, details.get("input"))
-    output_tokens = first_count(attributes, OUTPUT_TOKEN_KEYS, details.get("output"))
-    cached = first_count(attributes, CACHED_TOKEN_KEYS, first_value(details, USAGE_DETAILS_CACHED_KEYS))
+    langfuse = "langfuse.observation.usage_details"
+    input_tokens = first_count(attributes, INPUT_TOKEN_KEYS, details.get("input"), f"{langfuse}.input")
+    output_tokens = first_count(attributes, OUTPUT_TOKEN_KEYS, details.get("output"), f"{langfuse}.output")
+    cached = first_count(
+        attributes, CACHED_TOKEN_KEYS, first_value(details, USAGE_DETAILS_CACHED_KEYS), f"{langfuse} (cached)"
+    )
     return input_tokens or 0, cached or 0, output_tokens or 0
 
 
@@ -694,7 +763,12 @@ def map_span(span: Span, resource: dict) -> SpanEvents:
     attributes = attributes_dict(span.attributes)
     kind = span_kind(attributes)
     status, error = span_status(span, attributes)
-    started_at, ended_at = timestamp(span.start_time_unix_nano), timestamp(span.end_time_unix_nano)
+    if not span.end_time_unix_nano:
+        # An SDK exports a span once it has ended; without an end its run would stay
+        # running forever.
+        raise InvalidItem("end_time_unix_nano is 0 (unset): send a span once it has ended")
+    started_at = timestamp(span.start_time_unix_nano, "start_time_unix_nano")
+    ended_at = timestamp(span.end_time_unix_nano, "end_time_unix_nano")
     input_tokens, cached_input_tokens, output_tokens = usage(attributes)
     inputs, outputs = span_messages(attributes) if kind == LLM else ([], [])
     input_payload, output_payload = span_payloads(attributes, kind, inputs, outputs)
@@ -796,18 +870,21 @@ def map_traces(request: ExportTraceServiceRequest) -> MappedBatch:
     rejected with the reason, the others are kept."""
     batch = MappedBatch()
     for resource_spans in request.resource_spans:
-        resource = attributes_dict(resource_spans.resource.attributes)
+        with noting() as resource_notes:
+            resource = attributes_dict(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 batch.received += 1
                 try:
-                    events = map_span(span, resource)
+                    with noting() as notes:
+                        events = map_span(span, resource)
                 except InvalidItem as exc:
                     batch.reject(f"span {span.span_id.hex() or '(no id)'}: {exc}")
                     continue
                 except UNREADABLE as exc:
                     batch.reject(f"span {span.span_id.hex() or '(no id)'} could not be read ({type(exc).__name__})")
                     continue
+                batch.change(f"span {span.span_id.hex()}", notes | resource_notes)
                 batch.steps.append(events.step)
                 batch.messages.extend(events.messages)
                 batch.tool_calls.extend(events.tool_calls)
@@ -871,13 +948,15 @@ def map_logs(request: ExportLogsServiceRequest) -> MappedBatch:
                 try:
                     trace_id = hex_id(record.trace_id, 16, "trace id")
                     span_id = hex_id(record.span_id, 8, "span id") if record.span_id else ""
-                    messages = log_messages(event_name, record)
+                    with noting() as notes:
+                        messages = log_messages(event_name, record)
                 except InvalidItem as exc:
                     batch.reject(f"{event_name} log record: {exc}")
                     continue
                 except UNREADABLE as exc:
                     batch.reject(f"{event_name} log record could not be read ({type(exc).__name__})")
                     continue
+                batch.change(f"{event_name} log record", notes)
                 nanos = record.time_unix_nano or record.observed_time_unix_nano
                 for message in messages:
                     index = used[(trace_id, span_id, nanos)]

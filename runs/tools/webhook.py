@@ -17,7 +17,7 @@ import time
 
 import requests
 
-from agentops import crypto
+from agentops import crypto, jsonsafe
 from agentops.netguard import UnsafeUrlError, check_outbound_url
 from runs.models import WebhookTool
 from runs.tools.base import Tool, ToolContext, ToolError
@@ -63,8 +63,8 @@ def call_webhook(tool: WebhookTool, arguments: dict, context: ToolContext) -> ob
     if response.status_code >= 300:
         raise ToolError(f"the tool answered HTTP {response.status_code}: {text[:500]}")
     try:
-        return json.loads(text)
-    except ValueError:
+        return jsonsafe.loads(text, strict=False)
+    except ValueError:  # not JSON, or nested too deeply to hand to the model as JSON
         return text
 
 

@@ -8,12 +8,11 @@ message, never as a 500.
 
 from __future__ import annotations
 
-import json
-
 from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect
 
+from agentops import jsonsafe
 from agentops.errors import ServiceError
 from agentops.pages import Need, ProjectPage
 from runs import selectors
@@ -44,7 +43,7 @@ class RunApprovalDecideAction(ProjectPage):
             text = request.POST.get("arguments", "").strip()
             if text:
                 try:
-                    arguments = json.loads(text)
+                    arguments = jsonsafe.loads(text)
                 except ValueError as exc:
                     messages.error(request, f"The edited arguments are not valid JSON ({exc}); nothing was decided.")
                     return back

@@ -165,6 +165,23 @@ def test_bad_item_form_is_shown_again_with_the_error(signed_in, tenant):
     assert response.status_code == 400 and "Metadata must be a JSON object." in text(response)
 
 
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ('{"a": ' + "[" * 10_000 + "]" * 10_000 + "}", "This JSON cannot be used: nested deeper than 64 levels."),
+        ('{"a": "\\u0000"}', "This JSON cannot be used: a: contains a NUL character"),
+    ],
+    ids=["deep", "nul"],
+)
+def test_item_metadata_that_cannot_be_used_is_shown_again_with_the_reason(signed_in, tenant, metadata, message):
+    dataset = make_dataset(tenant)
+    response = signed_in(tenant.member).post(
+        f"{EVALS}/datasets/{dataset.pk}/items/", {"input": "hi", "metadata": metadata}
+    )
+    assert response.status_code == 400 and message in text(response)
+    assert not items(dataset)
+
+
 def test_viewer_posts_to_a_dataset_are_refused(signed_in, tenant):
     dataset = make_dataset(tenant, items=[{"key": "a", "input": 1}])
     client = signed_in(tenant.viewer)

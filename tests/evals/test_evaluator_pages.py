@@ -126,6 +126,8 @@ def test_member_creates_edits_tries_and_archives_an_evaluator(signed_in, tenant)
     ("form", "message"),
     [
         ({"config": "{not json"}, "This is not valid JSON"),
+        ({"config": '{"a": ' + "[" * 10_000 + "]" * 10_000 + "}"}, "This JSON cannot be used: nested deeper than 64"),
+        ({"config": '{"a": NaN}'}, "This JSON cannot be used: NaN is not a JSON number"),
         ({"config": "[1]"}, "The configuration must be a JSON object"),
         ({"kind": "regex", "config": '{"pattern": "(a+)+$"}'}, "catastrophic backtracking"),
         ({"kind": "llm_judge", "config": "{}"}, "evaluators need rubric"),

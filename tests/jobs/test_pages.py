@@ -590,6 +590,15 @@ def test_backend_form_errors_are_shown_and_credentials_not_echoed(signed_in, ten
     assert duplicate.status_code == 409 and "A backend named &#x27;gpu-box&#x27; already exists" in text(duplicate)
 
 
+def test_backend_settings_nested_10000_levels_deep_are_a_form_error(signed_in, tenant):
+    deep = '{"a": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    response = signed_in(tenant.admin).post(f"{COMPUTE}/backends/", {"name": "x", "kind": "ray", "config": deep})
+    assert response.status_code == 400
+    assert "This JSON cannot be used: nested deeper than 64 levels." in text(response)
+    with organization_scope(tenant.organization):
+        assert not ComputeBackend.objects.filter(name="x").exists()
+
+
 def test_an_admin_turns_a_backend_off_and_on_and_edits_it(signed_in, tenant, backend):
     client = signed_in(tenant.admin)
 

@@ -304,6 +304,8 @@ def test_webhook_tool_secret_is_shown_once(signed_in, tenant):
     [
         ("{not json", "This is not valid JSON"),
         ("[1, 2]", "The schema must be a JSON object"),
+        ("[" * 10_000 + "]" * 10_000, "This JSON cannot be used: nested deeper than 64 levels."),
+        ('{"type": "object", "description": "a\\u0000b"}', "description: contains a NUL character"),
         ('{"type": "string"}', "Parameters must be a JSON schema object with &quot;type&quot;: &quot;object&quot;"),
     ],
 )

@@ -1,5 +1,9 @@
 """Agents, tools and executed runs over the API."""
 
+import json
+
+import pytest
+
 from agentops.scoping import organization_scope
 from runs.models import Run
 from runs.services.agents import agent_create
@@ -95,3 +99,42 @@ class TestAgentIsolation(ReadIsolation, ListIsolation):
 
     def list_url(self, tenant):
         return f"/api/v1/projects/{tenant.organization.slug}/agent/agents/"
+
+
+def test_a_run_start_with_fields_it_does_not_have_is_refused_naming_them(tenant, client_for):
+    agent = _agent(tenant)
+    client = client_for(tenant.member)
+    body = {"agent": agent.pk, "input": "1+1", "session_id": "s-1", "previous_run": 7}
+    response = client.post(f"{BASE}/runs/", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "unknown fields 'previous_run', 'session_id': the fields are agent, version, input, parameters"
+    )
+    with organization_scope(tenant.organization):
+        assert not Run.objects.exists()
+    # The known fields alone still start the run.
+    assert client.post(f"{BASE}/runs/", {"agent": agent.pk, "input": "1+1"}, format="json").status_code == 202
+
+
+def test_a_webhook_tool_with_a_misnamed_field_is_refused_not_created_empty(tenant, client_for):
+    client = client_for(tenant.member)
+    body = {"name": "crm_lookup", "url": "http://127.0.0.1:9/hook", "schema": {"type": "object"}}
+    response = client.post(f"{BASE}/webhook-tools/", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith("unknown field 'schema': the fields are name, url,")
+    assert client.get(f"{BASE}/webhook-tools/").json() == []
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("a\u0000b", "input: contains a NUL character"), ("\ud800", "input: contains an unpaired surrogate")],
+    ids=["nul", "lone-surrogate"],
+)
+def test_a_run_input_that_cannot_be_stored_as_sent_is_refused_not_changed(tenant, client_for, text, problem):
+    agent = _agent(tenant)
+    body = json.dumps({"agent": agent.pk, "input": text})  # \u0000 and \ud800 as JSON escapes
+    response = client_for(tenant.member).post(f"{BASE}/runs/", data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert problem in response.json()["error"]["message"]
+    with organization_scope(tenant.organization):
+        assert not Run.objects.exists()

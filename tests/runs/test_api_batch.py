@@ -430,7 +430,7 @@ def test_nul_in_an_id_is_400_and_the_answer_can_be_stored_for_idempotency(tenant
     [
         (b'{"events": [{"type": "run", "id": "\xff\xfe"}]}', 400, "parse_error", "the body is not valid UTF-8 (byte"),
         (b'{"events": [', 400, "parse_error", "the body is not valid JSON"),
-        (b"[" * 100_000 + b"]" * 100_000, 400, "parse_error", "the body is nested too deeply"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, "parse_error", "the body is nested deeper than 64 levels"),
         (b'[{"type": "run", "id": "r"}]', 400, "invalid", "the body must be a JSON object"),
         (b'"events"', 400, "invalid", "the body must be a JSON object"),
         (b"{}", 400, "invalid", "events: required"),
@@ -511,22 +511,25 @@ def test_wrong_content_type_is_415(ingest_client):
 # --- Tenancy and authentication ------------------------------------------------------
 
 
-def test_project_and_organization_in_the_payload_are_ignored(tenant, other_tenant, ingest_client):
+def test_project_and_organization_in_the_payload_are_refused_and_never_used(tenant, other_tenant, ingest_client):
     with organization_scope(other_tenant.organization):
         ingest(project=other_tenant.project, runs=[RunEvent("shared", {"name": "theirs"})], announce=False)
-    foreign = {
-        "project": other_tenant.project.pk,
-        "project_id": other_tenant.project.pk,
-        "organization": other_tenant.organization.pk,
-        "organization_id": other_tenant.organization.pk,
-    }
-    response = ingest_client.post(
-        URL, {"events": [{"type": "run", "id": "shared", "name": "mine", **foreign}], **foreign}, format="json"
+    foreign = {"project": other_tenant.project.pk, "organization": other_tenant.organization.pk}
+
+    in_the_batch = ingest_client.post(URL, {"events": [{"type": "run", "id": "shared"}], **foreign}, format="json")
+    in_an_event = ingest_client.post(
+        URL, {"events": [{"type": "run", "id": "shared", "name": "mine", **foreign}]}, format="json"
     )
 
-    # Created, not updated: the other organization's run with the same id is not ours.
-    assert statuses(response) == [(201, "created")]
-    assert stored_run(tenant, "shared").name == "mine"
+    assert in_the_batch.status_code == 400
+    assert in_the_batch.json()["error"]["message"] == (
+        "unknown fields 'organization', 'project': the fields are events"
+    )
+    assert statuses(in_an_event) == [(400, "invalid")]
+    assert in_an_event.json()["results"][0]["error"]["message"].startswith(
+        "unknown fields 'organization', 'project': the fields are type, id, name,"
+    )
+    assert row_counts(tenant)["Run"] == 0
     assert stored_run(other_tenant, "shared").name == "theirs"
     assert row_counts(other_tenant)["Run"] == 1
 

@@ -86,7 +86,7 @@ def test_edit_arguments_then_approve_stores_the_edited_arguments(signed_in, tena
     assert status(run) == "queued"
 
 
-@pytest.mark.parametrize("arguments", ["{not json", '["a list"]'])
+@pytest.mark.parametrize("arguments", ["{not json", '["a list"]', '{"a": ' + "[" * 10_000 + "]" * 10_000 + "}"])
 def test_invalid_arguments_show_an_error_and_decide_nothing(signed_in, tenant, arguments):
     run, approval = _waiting_run(tenant)
     client = signed_in(tenant.member)

@@ -282,8 +282,6 @@ def test_hostile_values_are_stored_without_a_server_error(client, tenant, key):
             {
                 "gen_ai.operation.name": "chat",
                 "gen_ai.request.model": "mistral-large-2512",
-                "gen_ai.usage.input_tokens": -40,
-                "gen_ai.usage.output_tokens": math.nan,
                 "gen_ai.input.messages": messages,
                 "score": math.nan,
                 "limit": math.inf,
@@ -300,6 +298,13 @@ def test_hostile_values_are_stored_without_a_server_error(client, tenant, key):
     response = post(client, request.SerializeToString(), key)
 
     assert response.status_code == 200
+    # Stored, cleaned, and the exporter is told how (a warning: nothing rejected).
+    partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert partial.rejected_spans == 0
+    assert partial.error_message == (
+        f"1 of 1 spans stored with changes: span {ROOT.hex()}: NUL characters removed, NaN or Infinity kept as text, "
+        "unpaired surrogates replaced by ?"
+    )
     with organization_scope(tenant.organization):
         step = Step.objects.get(project=tenant.project)
         message = Message.objects.get(project=tenant.project)
@@ -376,6 +381,42 @@ def test_spans_with_invalid_ids_are_rejected_in_partial_success_and_the_others_s
     assert partial.rejected_spans == 2
     assert partial.error_message.startswith("2 of 5 spans rejected: span (no id): invalid span id (empty)")
     assert counts(tenant.project)[:2] == (1, 3)
+
+
+def test_a_span_that_never_ended_is_rejected_and_its_run_not_left_running(client, tenant, key):
+    request = agent_trace()
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans[0].end_time_unix_nano = 0  # the root: its run would stay running forever
+    spans[0].start_time_unix_nano = 2**64 - 1  # the year 2554
+
+    response = post(client, request.SerializeToString(), key)
+
+    partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert (response.status_code, partial.rejected_spans) == (200, 1)
+    assert partial.error_message == (
+        f"1 of 3 spans rejected: span {ROOT.hex()}: end_time_unix_nano is 0 (unset): send a span once it has ended"
+    )
+    run = the_run(tenant.project)
+    assert run.started_at.year == 2026
+
+
+def test_a_token_count_no_model_call_has_is_rejected_not_stored_as_zero(client, tenant, key):
+    request = agent_trace()
+    chat = request.resource_spans[0].scope_spans[0].spans[1]
+    for attribute in chat.attributes:
+        if attribute.key == "gen_ai.usage.input_tokens":
+            attribute.value.int_value = 2**63 - 1
+
+    response = post(client, otlp_json(request), key, content_type=JSON)
+
+    partial = response.json()["partialSuccess"]
+    assert (response.status_code, partial["rejectedSpans"]) == (200, "1")
+    assert partial["errorMessage"] == (
+        f"1 of 3 spans rejected: span {CHILD.hex()}: gen_ai.usage.input_tokens: 9223372036854775807 is not a "
+        "token count (a whole number from 0 to 100,000,000)"
+    )
+    with organization_scope(tenant.organization):
+        assert not Step.objects.filter(project=tenant.project, span_id=CHILD.hex()).exists()
 
 
 def test_a_json_span_with_an_id_that_is_not_hex_is_rejected_alone(client, tenant, key):

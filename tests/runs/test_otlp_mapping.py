@@ -739,6 +739,31 @@ def test_nul_characters_and_unpaired_surrogates_are_removed():
     assert message.content == "ab?c"
     storable(step.input)
     storable(step.attributes)
+    # Stored, and the client is told what changed (partial_success, nothing rejected).
+    assert batch.error_message("spans") == (
+        f"1 of 1 spans stored with changes: span {ROOT.hex()}: "
+        "NUL characters removed, unpaired surrogates replaced by ?"
+    )
+
+
+def test_a_span_stored_as_sent_gets_no_message():
+    batch = mapped(make_span({"gen_ai.usage.input_tokens": 12, "text": "plain"}))
+    assert (batch.rejected, batch.changed, batch.error_message("spans")) == (0, 0, "")
+
+
+def test_a_span_without_an_end_time_is_rejected_not_left_running():
+    batch = map_traces(make_request(make_span(end=0)))
+    assert (batch.rejected, batch.steps) == (1, [])
+    assert batch.error_message("spans") == (
+        f"1 of 1 spans rejected: span {ROOT.hex()}: end_time_unix_nano is 0 (unset): send a span once it has ended"
+    )
+
+
+@pytest.mark.parametrize(("start", "end"), [(2**64 - 1, T0), (T0, 2**64 - 1), (2**63, 2**63 + SECOND)])
+def test_a_span_with_a_time_after_2262_is_rejected(start, end):
+    batch = map_traces(make_request(make_span(start=start, end=end)))
+    assert (batch.rejected, batch.steps) == (1, [])
+    assert "is after 2262: an overflow, not a time" in batch.error_message("spans")
 
 
 def test_invalid_utf8_bytes_are_base64():
@@ -775,10 +800,19 @@ def test_huge_values_are_kept():
     assert step.input == big
 
 
-@pytest.mark.parametrize("value", [-5, math.nan, math.inf, "many", "12abc", True, 10**15, [1, 2], {"n": 1}], ids=repr)
-def test_token_counts_that_are_not_counts_are_ignored(value):
-    step = step_of(make_span({"gen_ai.usage.input_tokens": value, "gen_ai.usage.output_tokens": 3}))
-    assert (step.input_tokens, step.output_tokens) == (0, 3)
+@pytest.mark.parametrize(
+    "value", [-5, math.nan, math.inf, 2.5, "many", "12abc", True, 10**15, 2**63 - 1, [1, 2], {"n": 1}], ids=repr
+)
+def test_a_span_whose_token_count_is_not_a_count_is_rejected_naming_it(value):
+    good = make_span({"gen_ai.usage.input_tokens": 5}, span_id=CHILD, parent=ROOT)
+    bad = make_span({"gen_ai.usage.input_tokens": value, "gen_ai.usage.output_tokens": 3})
+
+    batch = map_traces(make_request(bad, good))
+
+    assert [step.span_id for step in batch.steps] == [CHILD.hex()]  # never stored as 0
+    assert batch.rejected == 1
+    assert f"span {ROOT.hex()}: gen_ai.usage.input_tokens: " in batch.error_message("spans")
+    assert "is not a token count" in batch.error_message("spans")
 
 
 def test_token_counts_sent_as_text_or_whole_doubles_are_read():
