@@ -4,6 +4,8 @@ finders (``make run``, DEBUG on, and the test settings) and when they are served
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.staticfiles import finders
 from django.core.management import call_command
@@ -31,7 +33,7 @@ def test_a_missing_static_file_is_404_when_found_by_the_finders(path):
 
 
 @pytest.mark.django_db
-def test_a_missing_static_file_is_404_from_collected_files_as_in_production(tmp_path):
+def test_collected_files_as_in_production_missing_is_404_and_the_api_docs_load(tmp_path):
     production = {
         "STATIC_ROOT": tmp_path,
         "STORAGES": {
@@ -47,3 +49,9 @@ def test_a_missing_static_file_is_404_from_collected_files_as_in_production(tmp_
         assert client.get("/static/agentops/app.css").status_code == 200
         for path in MISSING:
             assert client.get(path).status_code == 404, path
+        # Swagger UI's files (drf-spectacular-sidecar) are collected and served hashed.
+        docs = client.get("/api/docs/").content.decode()
+        sources = re.findall(r'<(?:script|link)[^>]*(?:src|href)="(/static/[^"]+)"', docs)
+        assert len(sources) >= 3 and any("swagger-ui-bundle" in source for source in sources)
+        for source in sources:
+            assert client.get(source).status_code == 200, source

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,6 +69,28 @@ def chromium_page() -> Iterator:
             yield page
         finally:
             browser.close()
+
+
+def wait_until(page, expression: str, timeout: float = 15_000) -> None:
+    """Waits until the JavaScript ``expression`` is true in ``page`` (false while it throws).
+
+    Playwright's ``wait_for_function`` builds its predicate with ``eval`` inside the page,
+    which the platform's Content-Security-Policy refuses (no 'unsafe-eval'), so the tests
+    poll with ``page.evaluate``, which goes through the DevTools protocol instead.
+    """
+    from playwright.sync_api import Error
+
+    check = f"(() => {{ try {{ return Boolean({expression}); }} catch (error) {{ return false; }} }})()"
+    deadline = time.monotonic() + timeout / 1000
+    while True:
+        try:
+            if page.evaluate(check):
+                return
+        except Error:
+            pass  # a navigation replaced the document mid-check: ask again
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not true after {timeout / 1000:g} s: {expression}")
+        page.wait_for_timeout(100)
 
 
 @pytest.fixture

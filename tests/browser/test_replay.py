@@ -10,7 +10,7 @@ from agentops.scoping import organization_scope
 from runs.models import Run
 from runs.services.agents import agent_create
 from runs.services.execute import run_execute, run_start
-from tests.browser.conftest import chromium_page
+from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.browser.test_runs_pages import _console_errors, _sign_in
 from tests.fake_mistral import completion
@@ -60,8 +60,8 @@ def test_member_replays_a_run_from_its_page_and_reads_the_diff(
         page.wait_for_url(f"{base}/*/")
         assert f"/{source.pk}/" not in page.url
         assert "Replay of" in page.locator("#replay-source").inner_text()
-        page.wait_for_function(
-            "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", timeout=30_000
+        wait_until(
+            page, "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", timeout=30_000
         )
 
         page.click("#compare-with-source")
