@@ -102,6 +102,13 @@ def test_the_main_pages_run_under_the_policy_and_still_work(
         page.wait_for_selector("#chart-score-cost .main-svg")
         page.wait_for_selector("#chart-score-time .main-svg")
 
+        # The evaluators page shows the chosen kind's example configuration (evals.js).
+        page.goto(f"{asgi_server}{url('evaluators')}")
+        examples = page.evaluate("JSON.parse(document.getElementById('evaluator-examples').textContent)")
+        chosen = next(kind for kind, text in examples.items() if text.strip() != page.input_value("#id_config").strip())
+        page.select_option("#id_kind", chosen)
+        assert page.input_value("#id_config").strip() == examples[chosen].strip()
+
         # A form's confirmation question (data-confirm, no inline handler) still asks:
         # "no" sends nothing, "yes" sends the form once.
         page.goto(f"{asgi_server}{project}/api-keys/")
