@@ -13,6 +13,7 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
+import csp.constants as csp
 import dj_database_url
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
@@ -144,6 +145,9 @@ INSTALLED_APPS = [
     "channels",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI's files, served from STATIC_URL: the API docs load nothing from a CDN.
+    "drf_spectacular_sidecar",
+    "csp",
     "django_filters",
     "django_htmx",
     "allauth",
@@ -161,6 +165,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "agentops.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -463,6 +468,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI from drf-spectacular-sidecar's static files (no CDN, works offline).
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Several models have a `kind`: each choice set gets its own schema name.
     "ENUM_NAME_OVERRIDES": {
         "StepKindEnum": "runs.models.Step.Kind",
@@ -503,6 +512,24 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = DEBUG
 
 # --- Security. Production (DEBUG off) passes `manage.py check --deploy` cleanly.
+# Content-Security-Policy on every response (django-csp; docs/operations.md). Scripts
+# only from the platform's own static files: no inline script, no eval, no CDN. Styles
+# also inline: Plotly and htmx add style elements and attributes at run time, and the
+# trace view places its bars with style attributes. connect-src also gets the page's
+# own ws(s):// origin (agentops.middleware.ContentSecurityPolicyMiddleware).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [csp.SELF],
+        "script-src": [csp.SELF],
+        "style-src": [csp.SELF, csp.UNSAFE_INLINE],
+        "img-src": [csp.SELF, "data:"],
+        "font-src": [csp.SELF, "data:"],
+        "connect-src": [csp.SELF],
+        "object-src": [csp.NONE],
+        "base-uri": [csp.SELF],
+        "frame-ancestors": [csp.NONE],
+    }
+}
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)

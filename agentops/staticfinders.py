@@ -33,7 +33,11 @@ class PackageFileFinder(BaseFinder):
         entry = PACKAGE_FILES.get(path)
         found = _package_file(*entry) if entry else None
         if found is None:
-            return [] if find_all else None
+            # Nothing found is [] whatever find_all says (Django's own finders do the
+            # same): django.contrib.staticfiles.finders.find() collects each finder's
+            # answer, so a None here came back as [None], a "match" that WhiteNoise
+            # then tried to open (a TypeError, so a 500 for any missing static file).
+            return []
         return [str(found)] if find_all else str(found)
 
     def list(self, ignore_patterns):

@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from agentops import health
 
@@ -15,7 +15,9 @@ urlpatterns = [
     path("api/v1/", include("evals.api.urls")),
     path("api/v1/", include("jobs.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves Swagger UI's start-up script as a file (?script=) rather than
+    # inline, which the Content-Security-Policy would refuse.
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("agentops.page_urls")),
     path("o/<slug:org_slug>/p/<slug:project_slug>/runs/", include("runs.urls")),
     path("o/<slug:org_slug>/p/<slug:project_slug>/evals/", include("evals.urls")),

@@ -27,6 +27,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from agentops.csvexport import csv_response
 from agentops.errors import ServiceError
 from agentops.models import Organization, Project
 from agentops.scoping import dangerously_unscoped, organization_scope
@@ -35,7 +36,6 @@ from billing.forms import ConsoleFilterForm, RecomputeForm, ReconcileForm, RunSe
 from billing.models import CostRevision, Price, UsageDaily
 from billing.recompute import apply_recompute, preview_recompute
 from billing.reconcile import parse_usage_csv, reconcile
-from billing.views import csv_response
 
 NEXT_LEVEL = {"organization": "project", "project": "model", "model": "day"}
 LEVEL_COLUMNS = {

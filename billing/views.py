@@ -5,15 +5,15 @@ Owners and admins only: "org:write" to see it, "budget:write" to change budgets.
 
 from __future__ import annotations
 
-import csv
 from decimal import Decimal
 
-from django.http import Http404, HttpResponse
+from django.http import Http404
 from django.shortcuts import redirect
 from django.urls import reverse
 
 from agentops import live
 from agentops.charts import chart_label
+from agentops.csvexport import csv_response
 from agentops.errors import ServiceError
 from agentops.pages import Need, OrganizationPage
 from billing import spend
@@ -38,18 +38,6 @@ def budget_rows(organization) -> list[dict]:
         progress = _budgets().budget_spend(budget)
         rows.append({"budget": budget, **progress, "bar": min(float(progress["percent"]), 100.0)})
     return rows
-
-
-def csv_response(filename: str, header: list[str], rows) -> HttpResponse:
-    response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    writer = csv.writer(response)
-    writer.writerow(header)
-    for row in rows:
-        # A cell starting with = + - @ would be a formula in a spreadsheet: agents name
-        # their models and agents, so quote such text.
-        writer.writerow([f"'{value}" if isinstance(value, str) and value[:1] in "=+-@" else value for value in row])
-    return response
 
 
 class BillingIndexPage(OrganizationPage):

@@ -19,11 +19,7 @@ has to outlive a batch.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from collections.abc import Iterable, Iterator
-from decimal import Decimal
 from itertools import islice
 from typing import Any
 
@@ -32,6 +28,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from django.utils.text import slugify
 
+from agentops.csvexport import csv_lines, plain_number, to_json
 from agentops.scoping import organization_scope
 from evals import selectors
 from evals.models import Dataset, Experiment, ExperimentResult
@@ -56,9 +53,6 @@ LEADERBOARD_COLUMNS_BEFORE = [
 ]
 LEADERBOARD_COLUMNS_AFTER = ["pass_rate", "cost", "cost_per_item", "latency_p50_ms", "latency_p95_ms", "created_at"]
 METRIC_FIELDS = ("mean", "ci_low", "ci_high", "n", "pass_rate")
-# A cell starting with one of these is a formula to a spreadsheet; agents write the
-# outputs, so such text is quoted (as the billing export does).
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 # -- rows ----------------------------------------------------------------------------------
@@ -89,7 +83,7 @@ def experiment_results_rows(experiment: Experiment, *, batch_size: int = RESULTS
                 "output": result.output,
                 "scores": {name: scores.get(name) for name in names},
                 "passed": {name: score_passed(scores.get(name), thresholds.get(name)) for name in names},
-                "cost": str(result.cost),
+                "cost": plain_number(result.cost),
                 "latency_ms": result.latency_ms,
                 "tokens": result.tokens,
                 "error": result.error,
@@ -141,7 +135,7 @@ def leaderboard_rows(dataset: Dataset, names: list[str], rows: Iterable) -> Iter
                 name: {field: (row.metrics.get(name) or {}).get(field) for field in METRIC_FIELDS} for name in names
             },
             "pass_rate": row.pass_rate,
-            "cost": str(row.cost),
+            "cost": plain_number(row.cost),
             "cost_per_item": summary.get("cost_per_item"),
             "latency_p50_ms": row.latency_p50,
             "latency_p95_ms": row.latency_p95,
@@ -160,18 +154,10 @@ def leaderboard_fieldnames(names: list[str]) -> list[str]:
 # -- writers ---------------------------------------------------------------------------------
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return str(value)
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
 def write_jsonl(rows: Iterable[dict]) -> Iterator[str]:
     """Each row as one line of JSON."""
     for row in rows:
-        yield json.dumps(row, ensure_ascii=False, default=_json_default) + "\n"
+        yield to_json(row) + "\n"
 
 
 def _lookup(row: dict, column: str) -> Any:
@@ -195,34 +181,12 @@ def _lookup(row: dict, column: str) -> Any:
     return value
 
 
-def _cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict | list):
-        value = json.dumps(value, ensure_ascii=False, default=_json_default)
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
-        return "'" + value
-    return value
-
-
 def write_csv(rows: Iterable[dict], fieldnames: list[str]) -> Iterator[str]:
     """A header line, then one line per row with the ``fieldnames`` columns (dotted
     names reach into nested values). JSON values that are not text (objects, lists) are
-    written as JSON; booleans as true/false; None as an empty cell."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-
-    def line(values: list) -> str:
-        buffer.seek(0)
-        buffer.truncate()
-        writer.writerow(values)
-        return buffer.getvalue()
-
-    yield line(fieldnames)
-    for row in rows:
-        yield line([_cell(_lookup(row, column)) for column in fieldnames])
+    written as JSON; booleans as true/false; None as an empty cell; text that a
+    spreadsheet would run is neutralised (``agentops.csvexport``, the one CSV writer)."""
+    return csv_lines(fieldnames, ([_lookup(row, column) for column in fieldnames] for row in rows))
 
 
 # -- the response ------------------------------------------------------------------------------

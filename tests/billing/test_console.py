@@ -8,11 +8,13 @@ import csv
 import io
 from datetime import timedelta
 from decimal import Decimal
+from urllib.parse import quote
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from billing.models import CostRevision, Price, StepCostChange
+from agentops.csvexport import original_text
+from billing.models import ComputeUsage, CostRevision, Price, StepCostChange
 from billing.reconcile import ReconcileError, parse_usage_csv
 from tests.billing.helpers import build_ledger, days_ago, ledger_row, make_run, make_step, today
 from tests.factories import UserFactory
@@ -147,6 +149,43 @@ def test_every_table_exports_as_csv(query, header, staff, tenant, usage, client)
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     rows = list(csv.reader(io.StringIO(response.content.decode())))
     assert header in rows[0] and len(rows) >= 2
+
+
+HOSTILE = "\t=HYPERLINK(1)"
+
+
+@pytest.mark.parametrize(
+    "query, column",
+    [
+        ("spend/?level=model&format=csv", "model"),
+        ("runs/?project={project}&model={model}&day={day}&format=csv", "name"),
+        ("runs/{run}/?format=csv", "name"),
+        ("runs/?project={project}&model=gpu:a100&day={day}&format=csv", "backend"),
+    ],
+)
+def test_every_table_exports_safe_csv_that_reads_back(query, column, staff, tenant, client):
+    run = make_run(tenant.project, started_at=days_ago(1), name=HOSTILE)
+    make_step(run, model=HOSTILE, input_tokens=0, output_tokens=0, cost="0", name=HOSTILE, cached_input_tokens=0)
+    build_ledger(run)
+    ComputeUsage.dangerously_unscoped_objects.create(
+        organization=tenant.organization,
+        project=tenant.project,
+        job_id=7,
+        day=days_ago(1).date(),
+        hardware="a100",
+        backend=HOSTILE,
+        seconds=Decimal(0),
+    )
+    client.force_login(staff)
+    url = CONSOLE + query.format(
+        project=tenant.project.pk, model=quote(HOSTILE), day=days_ago(1).date().isoformat(), run=run.pk
+    )
+    response = client.get(url)
+    assert response.status_code == 200
+    (row,) = csv.DictReader(io.StringIO(response.content.decode(), newline=""))
+    assert row[column] == "'" + HOSTILE and original_text(row[column]) == HOSTILE
+    assert row["cost"] == "0.000000000"
+    assert "'" not in {value for value in row.values()}, "an empty cell stays empty"
 
 
 def test_spend_filters_by_days(staff, tenant, client):

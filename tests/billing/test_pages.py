@@ -11,6 +11,7 @@ from decimal import Decimal
 
 import pytest
 
+from agentops.csvexport import original_text
 from billing.models import Budget, BudgetAlert
 from tests.billing.helpers import build_ledger, days_ago, ledger_row, make_run, make_step, today
 from tests.factories import ProjectFactory
@@ -119,6 +120,16 @@ def test_csv_cells_never_start_a_formula(tenant, client):
     ledger_row(tenant.project, day=today(), model="=HYPERLINK(1)", cost="1")
     client.force_login(tenant.owner)
     assert "'=HYPERLINK(1)" in client.get(URL + "?format=csv").content.decode()
+
+
+@pytest.mark.parametrize("model", ["\t=HYPERLINK(1)", "\r=1+1", " @SUM(A1)", "-2+3"])
+def test_csv_is_safe_keeps_empty_cells_empty_and_zero_costs_plain(model, tenant, client):
+    ledger_row(tenant.project, day=today(), model=model, agent_name="", cost="0", input_tokens=5)
+    client.force_login(tenant.owner)
+    response = client.get(URL + "?format=csv")
+    (row,) = csv.DictReader(io.StringIO(response.content.decode(), newline=""))
+    assert row["model"] == "'" + model and original_text(row["model"]) == model
+    assert row["agent"] == "" and row["cost_usd"] == "0.000000000" and row["input_tokens"] == "5"
 
 
 def test_most_expensive_runs_come_first_and_are_bounded(tenant, other_tenant, client):

@@ -11,7 +11,7 @@ import pytest
 from agentops.llm.offline import OfflineProvider
 from agentops.scoping import organization_scope
 from runs.models import Agent, Run, Step
-from tests.browser.conftest import chromium_page
+from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.browser.test_runs_pages import _console_errors, _sign_in, _wait_live
 
@@ -74,10 +74,10 @@ def test_member_creates_an_agent_starts_a_run_and_watches_it_live(
         page.wait_for_selector(".trace-row[data-kind='llm']")
         page.screenshot(path=str(artifacts_dir / "agent-run-live-running.png"), full_page=True)
         page.wait_for_selector(".trace-row[data-kind='tool']")
-        page.wait_for_function(
-            "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", timeout=30_000
+        wait_until(
+            page, "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", timeout=30_000
         )
-        page.wait_for_function("document.querySelector('#run-header .run-io').textContent.includes('42')")
+        wait_until(page, "document.querySelector('#run-header .run-io').textContent.includes('42')")
 
         assert page.evaluate("window.__not_reloaded") is True
         assert status_at_load in ("Queued", "Running"), "the run had not ended when its page opened"
@@ -256,7 +256,8 @@ def test_the_answer_streams_onto_the_run_page_as_the_model_writes_it(
         text = page.locator(f"#run-stream-text-{run_id}")
 
         # Part of the answer is on the page while the model is still writing.
-        page.wait_for_function(
+        wait_until(
+            page,
             f"(document.getElementById('run-stream-text-{run_id}') || {{textContent: ''}})"
             ".textContent.includes('word5 ')",
             timeout=15_000,
@@ -266,10 +267,10 @@ def test_the_answer_streams_onto_the_run_page_as_the_model_writes_it(
         assert "is writing" in page.locator(f"#run-stream-{run_id}").inner_text()
         page.screenshot(path=str(artifacts_dir / "agent-run-streaming.png"), full_page=True)
 
-        page.wait_for_function(
-            "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", timeout=30_000
+        wait_until(
+            page, "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", timeout=30_000
         )
-        page.wait_for_function(f"document.getElementById('run-stream-text-{run_id}').textContent.includes('<end>')")
+        wait_until(page, f"document.getElementById('run-stream-text-{run_id}').textContent.includes('<end>')")
         assert text.inner_text().split() == answer.split(), "the whole answer, in order, as text (never markup)"
         assert "answered (step 1)" in page.locator(f"#run-stream-{run_id}").inner_text()
         assert page.evaluate("window.__not_reloaded") is True

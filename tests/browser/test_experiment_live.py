@@ -15,7 +15,7 @@ from agentops.llm.offline import OfflineProvider
 from agentops.scoping import organization_scope
 from evals.models import Experiment, ExperimentResult
 from runs.services.agents import agent_create
-from tests.browser.conftest import chromium_page
+from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.browser.test_runs_pages import _console_errors, _sign_in, _wait_live
 from tests.evals.helpers import make_dataset, make_evaluator
@@ -80,10 +80,10 @@ def test_an_experiment_started_from_the_page_shows_its_scores_live(
         _wait_live(page)
 
         # Items are scored one by one: the count moves and scores appear in their rows.
-        page.wait_for_function(f"Number(document.querySelector('{progress}').dataset.completed) >= 1", timeout=30_000)
+        wait_until(page, f"Number(document.querySelector('{progress}').dataset.completed) >= 1", timeout=30_000)
         page.wait_for_selector(".result-row[data-status='done'] .score-pass", timeout=30_000)
         page.screenshot(path=str(artifacts_dir / "experiment-live-running.png"), full_page=True)
-        page.wait_for_function(f"document.querySelector('{progress}').dataset.status === 'succeeded'", timeout=60_000)
+        wait_until(page, f"document.querySelector('{progress}').dataset.status === 'succeeded'", timeout=60_000)
         page.wait_for_selector(f"#experiment-{experiment_id}-summary")
 
         assert page.evaluate("window.__not_reloaded") is True

@@ -14,7 +14,7 @@ import pytest
 from agentops.scoping import organization_scope
 from jobs.models import Job, JobEvent, JobLogLine
 from jobs.services import backend_create
-from tests.browser.conftest import chromium_page
+from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.browser.test_runs_pages import _console_errors, _sign_in, _wait_live
 
@@ -79,7 +79,7 @@ def test_a_local_job_submitted_from_the_page_shows_its_log_lines_live(
         page.wait_for_selector(f"{log} [data-number='1']", timeout=30_000)
         assert "line 0" in page.locator(log).inner_text()
         lines_seen_early = page.locator(f"{log} .log-line").count()
-        page.wait_for_function(f"document.querySelector('{status}').dataset.status === 'running'", timeout=30_000)
+        wait_until(page, f"document.querySelector('{status}').dataset.status === 'running'", timeout=30_000)
         page.screenshot(path=str(artifacts_dir / "job-live-running.png"), full_page=True)
         # The jobs list, opened by a viewer while the job runs, follows its row.
         listing = page.context.browser.new_page(viewport={"width": 1280, "height": 860})
@@ -89,8 +89,8 @@ def test_a_local_job_submitted_from_the_page_shows_its_log_lines_live(
         row = f"#job-row-{job_id}"
         assert listing.locator(row).get_attribute("data-status") == "running"
         page.wait_for_selector(f"{log} [data-number='{LINES}']", timeout=30_000)
-        page.wait_for_function(f"document.querySelector('{status}').dataset.status === 'succeeded'", timeout=30_000)
-        listing.wait_for_function(f"document.querySelector('{row}').dataset.status === 'succeeded'", timeout=30_000)
+        wait_until(page, f"document.querySelector('{status}').dataset.status === 'succeeded'", timeout=30_000)
+        wait_until(listing, f"document.querySelector('{row}').dataset.status === 'succeeded'", timeout=30_000)
         assert "$" in listing.locator(f"{row} td").nth(6).inner_text(), "the row shows the job's cost"
         listing.close()
 

@@ -11,7 +11,7 @@ import pytest
 
 from agentops.scoping import organization_scope
 from agentops.services.organizations import project_update
-from tests.browser.conftest import chromium_page
+from tests.browser.conftest import chromium_page, wait_until
 from tests.factories import PASSWORD
 
 pytestmark = pytest.mark.browser
@@ -67,12 +67,12 @@ def test_project_page_connects_live_and_shows_a_rename_without_reload(asgi_serve
         page.goto(f"{asgi_server}/o/acme/p/{project.slug}/")
         badge = page.locator("#live-status")
         badge.wait_for()
-        page.wait_for_function("document.getElementById('live-status').dataset.state === 'open'")
+        wait_until(page, "document.getElementById('live-status').dataset.state === 'open'")
         assert badge.inner_text() == "Live"
         page.evaluate("window.__not_reloaded = true")
 
         _rename_in_another_thread(project, "Support agent v2")
 
-        page.wait_for_function("document.getElementById('project-name').textContent.trim() === 'Support agent v2'")
+        wait_until(page, "document.getElementById('project-name').textContent.trim() === 'Support agent v2'")
         assert page.evaluate("window.__not_reloaded") is True
         page.screenshot(path=str(artifacts_dir / "live-rename.png"))

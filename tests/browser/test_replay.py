@@ -60,8 +60,8 @@ def test_member_replays_a_run_from_its_page_and_reads_the_diff(
         page.wait_for_url(f"{base}/*/")
         assert f"/{source.pk}/" not in page.url
         assert "Replay of" in page.locator("#replay-source").inner_text()
-        page.wait_for_function(
-            "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", timeout=30_000
+        wait_until(
+            page, "document.querySelector('#run-header .run-status').textContent.trim() === 'Succeeded'", timeout=30_000
         )
 
         page.click("#compare-with-source")

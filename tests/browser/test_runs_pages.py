@@ -59,7 +59,7 @@ def _sign_in(page, server: str, user) -> None:
 
 
 def _wait_live(page) -> None:
-    page.wait_for_function("document.getElementById('live-status').dataset.state === 'open'")
+    wait_until(page, "document.getElementById('live-status').dataset.state === 'open'")
 
 
 def _console_errors(page) -> list[str]:
@@ -90,8 +90,8 @@ def test_a_new_run_appears_at_the_top_of_the_list_without_a_reload(server, tenan
             )
         )
 
-        page.wait_for_function(
-            "document.querySelector('#runs-table > tbody').textContent.includes('Is the store open on Sunday')"
+        wait_until(
+            page, "document.querySelector('#runs-table > tbody').textContent.includes('Is the store open on Sunday')"
         )
         assert page.evaluate("window.__not_reloaded") is True
         assert page.locator("#runs-table > tbody").count() == 3
@@ -198,7 +198,7 @@ def test_a_500_step_run_collapses_and_loads_a_long_payload_on_demand(server, ten
         assert BIG_PAYLOAD_MARKER not in panel.inner_text()
         page.screenshot(path=str(artifacts_dir / "run-500-steps-panel.png"))
         panel.locator(".step-section", has_text="Input").get_by_text("Show all").click()
-        page.wait_for_function(f"document.getElementById('step-panel').textContent.includes('{BIG_PAYLOAD_MARKER}')")
+        wait_until(page, f"document.getElementById('step-panel').textContent.includes('{BIG_PAYLOAD_MARKER}')")
     assert big_span == "chain-0-0"
 
 
@@ -258,7 +258,7 @@ def test_steps_of_a_running_run_appear_live_on_its_page(server, tenant, artifact
 
         _in_another_thread(more_steps)
 
-        page.wait_for_function("document.querySelectorAll('#run-steps .trace-row').length === 3")
+        wait_until(page, "document.querySelectorAll('#run-steps .trace-row').length === 3")
         assert page.locator("#run-steps-count").inner_text() == "3"
         assert page.locator("#tab-trace .tab-count").inner_text() == "3"
         assert "plan" in page.locator(".trace-row.is-selected").inner_text(), "the selection survives"

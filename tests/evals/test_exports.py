@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 from asgiref.sync import async_to_sync
 
+from agentops.csvexport import original_text
 from agentops.scoping import organization_scope
 from evals import exports, selectors
 from evals.models import ExperimentResult
@@ -105,10 +106,16 @@ def test_leaderboard_as_csv_and_json_lines_in_the_page_order(client, tenant, boa
 
 
 def test_csv_cells_that_a_spreadsheet_would_run_are_quoted():
-    rows = [{"item_key": "=HYPERLINK(1)", "output": {"answer": "-1"}, "error": "+cmd", "score": -0.5}]
-    text = "".join(exports.write_csv(rows, ["item_key", "output", "error", "score"]))
+    rows = [{"item_key": "=HYPERLINK(1)", "output": {"answer": "-1"}, "error": "\t+cmd", "score": -0.5, "x": ""}]
+    text = "".join(exports.write_csv(rows, ["item_key", "output", "error", "score", "x"]))
     parsed = list(csv.DictReader(io.StringIO(text)))[0]
-    assert parsed == {"item_key": "'=HYPERLINK(1)", "output": '{"answer": "-1"}', "error": "'+cmd", "score": "-0.5"}
+    assert parsed == {
+        "item_key": "'=HYPERLINK(1)",
+        "output": '{"answer": "-1"}',
+        "error": "'\t+cmd",
+        "score": "-0.5",  # a negative number is a number, not a formula
+        "x": "",
+    }
 
 
 def test_dotted_columns_reach_metrics_whose_names_have_dots():
@@ -143,3 +150,66 @@ def test_the_body_streams_in_chunks_in_scope_under_asgi_too(tenant, setup):
     rows = list(csv.DictReader(io.StringIO("".join(chunks))))
     assert [row["item_key"] for row in rows] == [f"q{i}" for i in range(10)]
     assert {row["scores.a"] for row in rows} == {"1.0"}
+
+
+HOSTILE = {"key": "\t=HYPERLINK(1)", "input": "\r=1+1", "expected": " @SUM(A1)"}
+
+
+@pytest.fixture
+def hostile(tenant):
+    """An experiment over one item whose key, input and expected answer a spreadsheet
+    would run, costing nothing, on a leaderboard of one."""
+    from tests.evals.helpers import make_dataset
+
+    dataset = make_dataset(tenant.project, [HOSTILE], name="hostile")
+    experiment = constructed(tenant.project, dataset, name="-1+cmd", scores={"a": [0.0]}, cost="0", model="=cmd")
+    return dataset, experiment
+
+
+def _read_back(body: str) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(body, newline="")))
+
+
+def _api(tenant, suffix: str) -> str:
+    return f"/api/v1/projects/{tenant.organization.slug}/{tenant.project.slug}/{suffix}"
+
+
+@pytest.mark.parametrize("where", ["page", "api"])
+def test_experiment_results_csv_is_safe_and_reads_back(where, client, tenant, hostile):
+    _dataset, experiment = hostile
+    client.force_login(tenant.viewer)
+    if where == "page":
+        response = client.get(url("experiment-export", experiment_id=experiment.pk), {"format": "csv"})
+    else:
+        response = client.get(_api(tenant, f"experiments/{experiment.pk}/export/"), {"format": "csv"})
+    (row,) = _read_back(_body(response))
+    assert row["item_key"] == "'" + HOSTILE["key"] and row["input"] == "'" + HOSTILE["input"]
+    assert row["expected"] == "'" + HOSTILE["expected"]
+    assert {column: original_text(row[column]) for column in ("item_key", "input", "expected")} == {
+        "item_key": HOSTILE["key"],
+        "input": HOSTILE["input"],
+        "expected": HOSTILE["expected"],
+    }
+    assert row["cost"] == "0.000000000" and row["scores.a"] == "0.0" and row["error"] == ""
+
+
+@pytest.mark.parametrize("where", ["page", "api"])
+def test_leaderboard_csv_is_safe_and_reads_back(where, client, tenant, hostile):
+    dataset, experiment = hostile
+    client.force_login(tenant.viewer)
+    if where == "page":
+        response = client.get(url("leaderboard-export", dataset_id=dataset.pk), {"format": "csv"})
+    else:
+        response = client.get(_api(tenant, f"datasets/{dataset.pk}/leaderboard/"), {"format": "csv"})
+    (row,) = _read_back(_body(response))
+    assert row["name"] == "'-1+cmd" and original_text(row["name"]) == "-1+cmd"
+    assert row["model"] == "'=cmd" and row["branch"] == "" and row["cost"] == "0.000000000"
+    assert row["experiment_id"] == str(experiment.pk)
+
+
+def test_json_lines_write_zero_costs_plainly(client, tenant, hostile):
+    _dataset, experiment = hostile
+    client.force_login(tenant.viewer)
+    response = client.get(url("experiment-export", experiment_id=experiment.pk), {"format": "jsonl"})
+    (line,) = [json.loads(line) for line in _body(response).splitlines()]
+    assert line["cost"] == "0.000000000" and line["item_key"] == HOSTILE["key"]
