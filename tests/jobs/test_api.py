@@ -9,10 +9,11 @@ import pytest
 
 from agentops.scoping import organization_scope
 from jobs import services
+from jobs.backends import backend_class, backend_for
 from jobs.models import ComputeBackend, Job, JobLogLine
 from jobs.services import job_poll
 from tests.evals.helpers import make_dataset, make_evaluator
-from tests.jobs.helpers import ScriptedBackend, make_backend
+from tests.jobs.helpers import ScriptedBackend, fake_nvidia_smi, make_backend
 
 
 @pytest.fixture(autouse=True)
@@ -79,6 +80,33 @@ def test_estimate_before_submitting(tenant, backend, client_for):
     hardware = {row["name"]: row for row in client.get(_url(tenant, "hardware/")).json()["hardware"]}
     assert list(hardware) == ["cpu-basic", "t4", "l4", "a10g", "a100", "h100", "h200"]
     assert Decimal(hardware["a100"]["hourly_by_backend"]["gpu-box"]) == Decimal("3.00")
+    with organization_scope(tenant.organization):
+        assert not Job.objects.exists()
+
+
+def test_a_local_backend_offers_only_the_hardware_its_host_has(tenant, client_for, monkeypatch, tmp_path):
+    monkeypatch.setattr(services, "backend_for", backend_for)  # the real local backend, not the scripted one
+    monkeypatch.setattr(services, "backend_class", backend_class)
+    smi = fake_nvidia_smi(tmp_path, "NVIDIA A100-SXM4-80GB, 81920\n")
+    with organization_scope(tenant.organization):
+        services.backend_create(
+            organization=tenant.organization, actor=None, name="box", kind="local", config={"nvidia_smi": str(smi)}
+        )
+    client = client_for(tenant.member)
+    body = {"backend": "box", "command": ["/bin/sleep", "12"], "time_limit_seconds": 600}
+
+    refused = client.post(_url(tenant, "jobs/"), {**body, "hardware": "h200"}, format="json")
+    estimate = client.post(_url(tenant, "jobs/estimate/"), {**body, "hardware": "h200"}, format="json").json()
+    offered = client.post(_url(tenant, "jobs/estimate/"), {**body, "hardware": "a100"}, format="json").json()
+    hardware = {row["name"]: row for row in client.get(_url(tenant, "hardware/")).json()["hardware"]}
+
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == "backend 'box' (local) does not offer h200; it offers: cpu-basic, a100"
+    assert estimate["amount"] is None and estimate["basis"] == "not_offered"
+    assert "does not offer h200; it offers: cpu-basic, a100" in estimate["note"]
+    assert offered["amount"] is not None and offered["offered_hardware"] == ["cpu-basic", "a100"]
+    assert hardware["a100"]["offered_by"] == ["box"] and hardware["h200"]["offered_by"] == []
+    assert hardware["h200"]["hourly_by_backend"] == {}
     with organization_scope(tenant.organization):
         assert not Job.objects.exists()
 

@@ -22,6 +22,7 @@ import pytest
 from agentops.errors import InvalidRequest
 from jobs.backends.base import BackendError, JobNotFound, JobSpec
 from jobs.backends.local import MAX_LINE_BYTES, MAX_LINES_PER_CALL, LocalBackend, parse_nvidia_smi
+from tests.jobs.helpers import fake_nvidia_smi
 
 TIMEOUT_SECONDS = 15
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -507,21 +508,6 @@ def test_a_line_that_never_ends_is_given_truncated_while_the_job_runs(backend):
 
     assert first.lines == ["y" * MAX_LINE_BYTES + " … [line truncated]"]
     assert rest == ["next"]
-
-
-def fake_nvidia_smi(folder: Path, gpus: str) -> Path:
-    """An executable that answers the hardware query as nvidia-smi does (name, MiB)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "nvidia-smi"
-    script.write_text(
-        "#!/bin/sh\n"
-        'case "$*" in\n'
-        f"  *--query-gpu=name,memory.total*) cat <<'GPUS'\n{gpus}GPUS\n  ;;\n"
-        "  *) exit 9 ;;\n"
-        "esac\n"
-    )
-    script.chmod(0o755)
-    return script
 
 
 def test_a_host_without_gpus_offers_only_cpu(backend, config):

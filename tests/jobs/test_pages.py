@@ -221,6 +221,20 @@ def test_the_estimate_fragment_shows_the_amount_and_the_backends_rates(signed_in
     assert "<html" not in body
 
 
+def test_hardware_the_backend_does_not_offer_says_so(signed_in, tenant, backend):
+    # The scripted backend offers cpu-basic, t4 and a100.
+    response = signed_in(tenant.member).post(
+        f"{BASE}/new/estimate/", form_data(backend, hardware="h200"), HTTP_HX_REQUEST="true"
+    )
+
+    body = html.unescape(text(response))
+    assert "Not offered" in body and 'data-amount=""' in body
+    assert "Backend 'gpu-box' (ray) does not offer h200; it offers: cpu-basic, t4, a100" in body
+    assert "NVIDIA H200 (141 GB) · not offered by gpu-box" in body
+    offered = body.index("NVIDIA A100 (80 GB) · $3.00/h")
+    assert offered < body.index("NVIDIA H200 (141 GB) · not offered")  # what it offers comes first
+
+
 def test_the_estimate_ignores_fields_it_does_not_need(signed_in, tenant, backend):
     response = signed_in(tenant.member).post(
         f"{BASE}/new/estimate/", form_data(backend, command="", env="not a line"), HTTP_HX_REQUEST="true"
