@@ -281,6 +281,7 @@ class LocalBackend:
         except (OSError, subprocess.TimeoutExpired) as error:
             raise BackendError(f"could not start the job's supervisor: {error}", retryable=True) from None
         if launcher.returncode != 0:
+            _remove_workspace(job_dir, str(workspace))  # no command was started in it
             reason = launcher.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit code {launcher.returncode}"
             raise BackendError(f"could not start the job's supervisor: {reason}", retryable=True)
         logger.info("local job %s started in %s", spec.job_id, job_dir)
@@ -437,6 +438,7 @@ class LocalBackend:
         if latest.get("state") in ENDED_STATES:
             return latest
         _kill_group(latest.get("command_pid"), signal.SIGKILL)
+        _remove_workspace(job_dir, (_read_json(job_dir / "spec.json") or {}).get("workspace"))
         cancelled = (job_dir / "cancel").exists()
         ended = {
             **latest,
@@ -447,6 +449,14 @@ class LocalBackend:
         }
         _write_json(job_dir / "state.json", ended)
         return ended
+
+
+def _remove_workspace(job_dir: Path, workspace: str | None) -> None:
+    """The workspace goes with the job: the next job of the same user must not find this
+    one's files. Only the job's own (named like its directory); rmtree does not follow
+    the links a job may leave there."""
+    if workspace and Path(workspace).name == job_dir.name and Path(workspace) != job_dir:
+        shutil.rmtree(workspace, ignore_errors=True)
 
 
 def _log_cursor(offset: int, skipping: bool) -> dict:
@@ -728,7 +738,7 @@ class _Supervisor:
             exit_code = 126 if isinstance(error, PermissionError) else 127
             message = f"could not start the command: {error.strerror or error}"
             output.write(f"[local backend] {message}\n".encode())
-            self._remove_workspace(workspace)
+            _remove_workspace(self.job_dir, str(workspace))
             self._end("failed", exit_code, message)
             self._ready()
             return 0
@@ -743,7 +753,7 @@ class _Supervisor:
         _kill_group(command.pid, signal.SIGKILL)  # whatever the command left running in its group
         sampler_stop.set()
         sampler.join(timeout=15)
-        self._remove_workspace(workspace)
+        _remove_workspace(self.job_dir, str(workspace))
 
         exit_code = returncode if returncode >= 0 else 128 - returncode
         if self.stop_reason == "cancelled":
@@ -763,12 +773,6 @@ class _Supervisor:
         output.close()
         self._end(state, exit_code, message)
         return 0
-
-    def _remove_workspace(self, workspace: Path) -> None:
-        """The workspace goes with the job: the next job of the same user must not find
-        this one's files. (rmtree does not follow the links a job may leave there.)"""
-        if workspace != self.job_dir and _JOB_DIR_NAME.match(workspace.name):
-            shutil.rmtree(workspace, ignore_errors=True)
 
     def _on_signal(self, signum, frame) -> None:
         self.signal_received = True

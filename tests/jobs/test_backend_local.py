@@ -416,6 +416,8 @@ def test_a_killed_supervisor_fails_the_job_and_stops_its_command(backend):
     assert status.state == "failed"
     assert status.message == "the process died without an exit code"
     wait_for(lambda: not group_alive(state["command_pid"]), "the command to be stopped", timeout=5)
+    workspace = json.loads((Path(external_id) / "spec.json").read_text())["workspace"]
+    assert not Path(workspace).exists()  # its files go with it, as after a normal end
 
 
 def test_unknown_jobs_are_not_found(backend, config, tmp_path):
