@@ -95,8 +95,10 @@ HARDWARE_CACHE_SECONDS = 60.0
 # A GPU is the catalog's when its name says so and it has at least this share of the
 # catalog's memory (an A100 40GB is no "a100", which is the 80 GB one).
 _GPU_MEMORY_SHARE = 0.9
-# Linux capabilities that let a process start another as any user.
-_CAP_SETGID, _CAP_SETUID = 6, 7
+# The Linux capabilities a worker that is not root needs to start a job as another user,
+# give it its workspace and remove that afterwards: CAP_CHOWN, CAP_DAC_OVERRIDE,
+# CAP_SETGID, CAP_SETUID.
+_SWITCH_USER_CAPABILITIES = (0, 1, 6, 7)
 
 CONFIG_KEYS = ("work_dir", "nvidia_smi", "gpu_sample_seconds", "cancel_grace_seconds", "hardware", "inherit_env")
 _COMMAND_NAME = re.compile(r"^[A-Za-z0-9._+/-]+$")
@@ -240,13 +242,14 @@ class LocalBackend:
         if not spec.command:
             raise BackendError("the job has no command")
         run_as = self._run_as()
+        job_dir = self.work_dir / f"job-{int(spec.job_id)}-{secrets.token_hex(4)}"
+        workspace = self._make_workspace(job_dir.name, run_as)
         try:
             self.work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            job_dir = self.work_dir / f"job-{int(spec.job_id)}-{secrets.token_hex(4)}"
             job_dir.mkdir(mode=0o700)
         except OSError as error:
+            _remove_workspace(job_dir, str(workspace))
             raise BackendError(f"could not create the job's directory under {self.work_dir}: {error}") from None
-        workspace = self._make_workspace(job_dir.name, run_as)
         try:
             _write_json(
                 job_dir / "spec.json",
@@ -384,7 +387,8 @@ class LocalBackend:
         if os.geteuid() != 0 and not _can_switch_users():
             raise BackendError(
                 f"this worker (uid {os.geteuid()}) cannot start processes as {name}: run it as root "
-                "(jobs still never run as root) or give it the capabilities CAP_SETUID and CAP_SETGID"
+                "(jobs still never run as root) or give it the capabilities CAP_SETUID, CAP_SETGID, "
+                "CAP_CHOWN and CAP_DAC_OVERRIDE"
             )
         return {"user": name, "uid": entry.pw_uid, "gid": entry.pw_gid}
 
@@ -392,6 +396,10 @@ class LocalBackend:
         """The command's working directory (and HOME): ``<root>/<job dir name>``, 0700 and
         the job user's, in a root folder of the worker's that others may only traverse."""
         root = self.policy.workspace_root
+        if run_as is not None and not _reachable_by_all(root):
+            raise BackendError(
+                f"the job's user cannot reach {root}: give the worker a TMPDIR every user may traverse (e.g. /tmp)"
+            )
         try:
             root.mkdir(mode=0o711, parents=True, exist_ok=True)
             found = os.lstat(root)
@@ -598,15 +606,21 @@ def query_gpus(nvidia_smi: str = "nvidia-smi") -> list[tuple[str, float]]:
 
 
 def _can_switch_users() -> bool:
-    """Whether this process holds CAP_SETUID and CAP_SETGID (Linux)."""
+    """Whether this process holds the capabilities of _SWITCH_USER_CAPABILITIES (Linux)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("CapEff:"):
                 effective = int(line.split()[1], 16)
-                return bool(effective & (1 << _CAP_SETUID)) and bool(effective & (1 << _CAP_SETGID))
+                return all(effective & (1 << capability) for capability in _SWITCH_USER_CAPABILITIES)
     except (OSError, ValueError):
         pass
     return False
+
+
+def _reachable_by_all(folder: Path) -> bool:
+    """Whether any user may traverse every folder above ``folder`` (as the job's user
+    must, to start in its workspace)."""
+    return all(os.stat(parent).st_mode & stat.S_IXOTH for parent in folder.parents)
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from agentops.errors import InvalidRequest
 from jobs.backends.base import BackendError, JobNotFound, JobSpec
-from jobs.backends.local import MAX_LINE_BYTES, MAX_LINES_PER_CALL, LocalBackend, parse_nvidia_smi
+from jobs.backends.local import MAX_LINE_BYTES, MAX_LINES_PER_CALL, HostPolicy, LocalBackend, parse_nvidia_smi
 from tests.jobs.helpers import fake_nvidia_smi
 
 TIMEOUT_SECONDS = 15
@@ -345,6 +345,18 @@ def test_local_jobs_never_run_as_root(config, settings):
         with pytest.raises(BackendError, match=reason):
             LocalBackend(config=config, credentials={}).submit(job_spec(["/usr/bin/id"]))
     assert not list(Path(config["work_dir"]).glob("job-*"))
+
+
+@needs_root
+def test_a_workspace_the_jobs_user_cannot_reach_is_refused(config, tmp_path):
+    private = tmp_path / "private"  # under pytest's own folder, which is 0700
+    private.mkdir(mode=0o700)
+    policy = HostPolicy(enabled=True, user=JOBS_USER, debug=False, workspace_root=private / "workspaces")
+    backend = LocalBackend(config=config, credentials={}, policy=policy)
+
+    with pytest.raises(BackendError, match="the job's user cannot reach .*/private/workspaces"):
+        backend.submit(job_spec(["/usr/bin/id"]))
+    assert not (private / "workspaces").exists() and not Path(config["work_dir"]).exists()
 
 
 def test_a_local_backend_turned_off_runs_nothing(config, settings):
