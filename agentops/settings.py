@@ -229,7 +229,7 @@ if not REDIS_URL:
         embedded.fail(str(exc))
 
 # DATA_DIR (the embedded servers' files, local jobs' directories) is this user's only.
-embedded.restrict_data_dir(DATA_DIR)
+embedded.restrict_data_dir(DATA_DIR, socket_dir=Path(_pg.socket_dir) if not DATABASE_URL else None)
 
 # Prefix of every Redis key and queue name; test runs set their own so concurrent runs
 # that share one external Redis stay apart.
