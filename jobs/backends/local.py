@@ -415,7 +415,7 @@ class LocalBackend:
         return workspace
 
     def _environment(self, spec: JobSpec, run_as: dict | None, workspace: Path) -> dict[str, str]:
-        user = run_as["user"] if run_as else pwd.getpwuid(os.geteuid()).pw_name
+        user = run_as["user"] if run_as else _user_name(os.geteuid())
         env = {
             "PATH": JOB_PATH,
             "HOME": str(workspace),
@@ -615,6 +615,13 @@ def _can_switch_users() -> bool:
     except (OSError, ValueError):
         pass
     return False
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no passwd entry (containers)
+        return str(uid)
 
 
 def _reachable_by_all(folder: Path) -> bool:
