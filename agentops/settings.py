@@ -242,6 +242,9 @@ if not REDIS_URL:
     except embedded.EmbeddedServiceError as exc:
         embedded.fail(str(exc))
 
+# DATA_DIR (the embedded servers' files, local jobs' directories) is this user's only.
+embedded.restrict_data_dir(DATA_DIR, socket_dir=Path(_pg.socket_dir) if not DATABASE_URL else None)
+
 # Prefix of every Redis key and queue name; test runs set their own so concurrent runs
 # that share one external Redis stay apart.
 REDIS_KEY_PREFIX = os.environ.get("AGENTOPS_REDIS_PREFIX", "agentops")
@@ -261,12 +264,27 @@ CHANNEL_LAYERS = {
     }
 }
 
+
+def _served_url(host: str, port: str) -> str:
+    """The URL a process on this host reaches `serve` at, listening on ``host``:``port``
+    (all addresses -> loopback)."""
+    host = host.strip().strip("[]") or "127.0.0.1"
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104 - a listening address, mapped
+    return f"http://{f'[{host}]' if ':' in host else host}:{port.strip() or '8000'}"
+
+
 # The platform's address as GPU jobs reach it: evaluation jobs post their results there
-# (AGENTOPS_URL in the job's environment). A job on a remote backend needs a public URL.
-JOBS_CALLBACK_URL = os.environ.get("JOBS_CALLBACK_URL", "http://127.0.0.1:8000").rstrip("/")
-# The local backend runs any command on a worker's host: whoever may configure backends
-# could run code there. Turn it off (false) on installs shared with people you don't trust.
-JOBS_LOCAL_BACKEND = env_bool("JOBS_LOCAL_BACKEND", True)
+# (AGENTOPS_URL in the job's environment). By default the address `serve` listens on
+# (HOST, PORT); a job on a remote backend needs a public URL.
+JOBS_CALLBACK_URL = (
+    os.environ.get("JOBS_CALLBACK_URL") or _served_url(os.environ.get("HOST", ""), os.environ.get("PORT", ""))
+).rstrip("/")
+# The local backend runs commands on a worker's host. Off unless DEBUG or the operator
+# turns it on; even then only platform staff add or change a local backend, and its jobs
+# run as JOBS_LOCAL_USER, a separate unprivileged user (never root). `make run` as root
+# in DEBUG runs them as `nobody`. docs/jobs.md says what that isolates and what not.
+JOBS_LOCAL_BACKEND = env_bool("JOBS_LOCAL_BACKEND", DEBUG)
+JOBS_LOCAL_USER = os.environ.get("JOBS_LOCAL_USER", "nobody" if DEBUG and os.geteuid() == 0 else "").strip()
 
 # Weights & Biases logging of ended experiments (when an organization saved a W&B key):
 # "online", or "offline" (to disk).

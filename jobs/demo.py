@@ -1,10 +1,9 @@
 """Jobs demo data: a local compute backend for the demo organization and a small
 command job on it, which the workers run as soon as they start (make run), so a new
-user sees a job's timeline and its log lines arrive."""
+user sees a job's timeline and its log lines arrive. The job runs as JOBS_LOCAL_USER
+(``nobody`` when ``make run`` runs as root), with the host's ``python3``."""
 
 from __future__ import annotations
-
-import sys
 
 from django.conf import settings
 
@@ -35,7 +34,7 @@ def demo_jobs_seed(*, project, actor=None) -> int:
         backend=backend,
         hardware="cpu-basic",
         name="Demo job: ten steps on this machine",
-        command=[sys.executable, "-c", DEMO_SCRIPT],
+        command=["python3", "-c", DEMO_SCRIPT],
         time_limit_seconds=300,
     )
     return Job.objects.filter(project=project).count()

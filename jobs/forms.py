@@ -15,7 +15,7 @@ from agentops.forms import json_object
 from evals.models import Dataset, Evaluator
 from jobs import hardware as catalog
 from jobs.models import ComputeBackend, Job, JobSecret
-from jobs.services import ENV_NAME, MAX_TIME_LIMIT, MIN_TIME_LIMIT
+from jobs.services import ENV_NAME, MAX_TIME_LIMIT, MIN_TIME_LIMIT, offered_hardware
 
 MAX_ENV_LINES = 200
 
@@ -149,10 +149,18 @@ class JobForm(forms.Form):
         )
         self.chosen_backend = self._chosen_backend(backends)
         self.rates = hourly_rates(backend=self.chosen_backend, organization_id=project.organization_id)
+        # The chosen backend's hardware first; the rest says it is not offered there (the
+        # service refuses it, the estimate says so).
+        offered = offered_hardware(self.chosen_backend) if self.chosen_backend is not None else list(catalog.CATALOG)
         self.fields["hardware"].choices = [
-            (name, f"{item.label} · " + (f"${self.rates[name]:.2f}/h" if self.rates[name] is not None else "no price"))
-            for name, item in catalog.CATALOG.items()
+            (name, f"{item.label} · " + self._price(name, offered))
+            for name, item in sorted(catalog.CATALOG.items(), key=lambda entry: entry[0] not in offered)
         ]
+
+    def _price(self, name: str, offered: list[str]) -> str:
+        if name not in offered:
+            return f"not offered by {self.chosen_backend.name}"
+        return f"${self.rates[name]:.2f}/h" if self.rates[name] is not None else "no price"
 
     def _chosen_backend(self, backends) -> ComputeBackend | None:
         """The backend the hardware rates are shown for: the one chosen, else the first."""

@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from billing.services import gpu_hourly_rate
-
 
 @dataclass(frozen=True)
 class Hardware:
@@ -44,6 +42,10 @@ def hardware_get(name: str) -> Hardware | None:
 def hourly_rate(*, hardware: str, backend_kind: str, organization_id: int, at: datetime | None = None):
     """The price row (billing.services.Price) of an hour of ``hardware`` on a backend of
     ``backend_kind``, or None when the catalog has no price for it."""
+    # Imported here: the catalog itself is read without Django (the local backend's
+    # supervisor and hardware detection).
+    from billing.services import gpu_hourly_rate
+
     return gpu_hourly_rate(
         hardware=hardware,
         backend=PRICE_PROVIDER.get(backend_kind, backend_kind),

@@ -22,7 +22,6 @@ import json
 import logging
 import re
 import secrets
-import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -33,7 +32,7 @@ from django.utils import timezone
 
 from agentops import crypto
 from agentops.destinations import check_credential_destination
-from agentops.errors import Conflict, InvalidRequest, NotFound
+from agentops.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from agentops.jsonsafe import storable, storage_problem
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
@@ -73,10 +72,41 @@ def _implementation(kind: str):
 
 
 def _check_allowed(kind: str) -> None:
+    """Whether jobs may run on a backend of ``kind`` on this installation."""
     from django.conf import settings
 
     if kind == ComputeBackend.Kind.LOCAL and not settings.JOBS_LOCAL_BACKEND:
-        raise InvalidRequest("the local backend is turned off on this installation (JOBS_LOCAL_BACKEND=false)")
+        raise InvalidRequest(
+            "the local backend is turned off on this installation (JOBS_LOCAL_BACKEND=false); "
+            "the operator turns it on (it is on by default only with DEBUG)"
+        )
+
+
+def _check_may_configure(kind: str, actor) -> None:
+    """A local backend runs commands on the platform's own host: only platform staff
+    (or the platform itself: ``actor`` None, as in management commands) add or change
+    one, and only where the installation allows it."""
+    _check_allowed(kind)
+    if kind != ComputeBackend.Kind.LOCAL or actor is None:
+        return
+    if not (getattr(actor, "is_staff", False) or getattr(actor, "is_superuser", False)):
+        raise Forbidden(
+            "only platform staff may add or change a local backend: it runs commands on the platform's own host"
+        )
+
+
+def offered_hardware(backend: ComputeBackend) -> list[str]:
+    """The catalog hardware ``backend`` offers, in catalog order (a local backend: what
+    its host has)."""
+    offered = backend_for(backend).hardware_map
+    return [name for name in catalog.CATALOG if name in offered]
+
+
+def _not_offered(backend: ComputeBackend, hardware: str, offered: list[str]) -> str:
+    return (
+        f"backend {backend.name!r} ({backend.kind}) does not offer {hardware}; "
+        f"it offers: {', '.join(offered) or 'nothing'}"
+    )
 
 
 def _check_storable(config, credentials) -> None:
@@ -93,7 +123,7 @@ def backend_create(*, organization, actor, name: str, kind: str, config=None, cr
         raise InvalidRequest("name the backend with 1 to 64 letters, digits, spaces, dots, dashes or underscores")
     if kind not in ComputeBackend.Kind.values:
         raise InvalidRequest(f"kind must be one of {', '.join(ComputeBackend.Kind.values)}")
-    _check_allowed(kind)
+    _check_may_configure(kind, actor)
     _check_storable(config, credentials)
     config, credentials = _implementation(kind).validate(dict(config or {}), dict(credentials or {}))
     if ComputeBackend.objects.filter(organization=organization, name=name).exists():
@@ -122,7 +152,10 @@ def backend_create(*, organization, actor, name: str, kind: str, config=None, cr
 def backend_update(*, backend: ComputeBackend, actor, config=None, credentials=None, enabled=None, ip=None):
     """Change a backend's settings, replace its credentials (None keeps them), or turn
     it off (its running jobs go on; no new ones). Saved credentials are kept only where
-    they went before: changing the address they go to needs them again."""
+    they went before: changing the address they go to needs them again. Anyone who may
+    change backends may turn a local one off; changing it otherwise is for platform staff."""
+    if not (enabled is False and config is None and credentials is None):
+        _check_may_configure(backend.kind, actor)
     new_config = dict(backend.config) if config is None else dict(config)
     current = json.loads(crypto.decrypt(backend.credentials_ciphertext)) if backend.credentials_ciphertext else {}
     new_credentials = current if credentials is None else dict(credentials)
@@ -218,7 +251,18 @@ def estimate(
 ) -> dict:
     """What the job may cost before it runs: the time limit × the hourly rate, or, for
     an evaluation with a known speed, items × seconds per item × the rate (never more
-    than the time limit allows)."""
+    than the time limit allows). ``offered_hardware``: what the backend offers; hardware
+    it does not offer has no amount, and the note says so."""
+    offered = offered_hardware(backend)
+    if hardware not in offered:
+        return {
+            "amount": None,
+            "hourly": None,
+            "price_id": None,
+            "basis": "not_offered",
+            "note": _not_offered(backend, hardware, offered),
+            "offered_hardware": offered,
+        }
     price = catalog.hourly_rate(hardware=hardware, backend_kind=backend.kind, organization_id=project.organization_id)
     if price is None or price.hourly is None:
         return {
@@ -227,6 +271,7 @@ def estimate(
             "price_id": None,
             "basis": "none",
             "note": f"the price catalog has no hourly rate for {hardware} on {backend.kind}",
+            "offered_hardware": offered,
         }
     seconds, basis = float(time_limit_seconds), "time_limit"
     if items and seconds_per_item:
@@ -245,6 +290,7 @@ def estimate(
             if basis == "items"
             else f"time limit {time_limit_seconds} s at ${price.hourly}/h (the most it can cost)"
         ),
+        "offered_hardware": offered,
     }
 
 
@@ -311,9 +357,9 @@ def job_submit(
     _check_allowed(backend.kind)
     if catalog.hardware_get(hardware) is None:
         raise InvalidRequest(f"unknown hardware {hardware!r}; choose one of {', '.join(catalog.CATALOG)}")
-    supported = getattr(_implementation(backend.kind), "hardware_map", None)
-    if supported is not None and hardware not in supported:
-        raise InvalidRequest(f"backend {backend.name!r} ({backend.kind}) has no {hardware}")
+    offered = offered_hardware(backend)
+    if hardware not in offered:
+        raise InvalidRequest(_not_offered(backend, hardware, offered))
     if not isinstance(time_limit_seconds, int) or not MIN_TIME_LIMIT <= time_limit_seconds <= MAX_TIME_LIMIT:
         raise InvalidRequest(f"time_limit_seconds must be {MIN_TIME_LIMIT} to {MAX_TIME_LIMIT}")
     env = _clean_env(env)
@@ -528,7 +574,7 @@ def _spec(job: Job, token: str | None) -> JobSpec:
         job_id=job.pk,
         name=job.name,
         image=job.image,
-        command=list(job.command) or runner_command(job.backend_kind),
+        command=list(job.command) or runner_command(),
         env=env,
         hardware=job.hardware,
         time_limit_seconds=job.time_limit_seconds,
@@ -536,11 +582,11 @@ def _spec(job: Job, token: str | None) -> JobSpec:
     )
 
 
-def runner_command(backend_kind: str) -> list[str]:
-    """The built-in evaluation runner as a command: this worker's Python for the local
-    backend, ``python3`` in a container image."""
-    python = sys.executable if backend_kind == ComputeBackend.Kind.LOCAL else "python3"
-    return [python, "-c", RUNNER_SOURCE]
+def runner_command() -> list[str]:
+    """The built-in evaluation runner as a command: ``python3`` of the image, or of the
+    local host's PATH (a local job runs as its own user, who may not reach the worker's
+    Python)."""
+    return ["python3", "-c", RUNNER_SOURCE]
 
 
 def _submit(job: Job) -> float | None:

@@ -27,6 +27,11 @@ os.environ.setdefault("API_RATE_LIMIT_PER_KEY", "100000/min")
 # Tests open a page and expect the very next batch to reach it.
 os.environ["LIVE_LISTENERS_CACHE_SECONDS"] = "0"
 os.environ.setdefault("API_RATE_LIMIT_PER_USER", "100000/min")
+# The local backend's tests run real jobs: on (it is off by default without DEBUG), and,
+# when the suite runs as root, as `nobody` (jobs never run as root).
+os.environ["JOBS_LOCAL_BACKEND"] = "true"
+if os.geteuid() == 0:
+    os.environ.setdefault("JOBS_LOCAL_USER", "nobody")
 
 if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
     _data_dir = tempfile.mkdtemp(prefix="agentops-test-")

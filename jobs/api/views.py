@@ -30,6 +30,7 @@ from jobs.services import (
     job_items,
     job_results,
     job_submit,
+    offered_hardware,
     secret_delete,
     secret_set,
 )
@@ -280,7 +281,8 @@ class JobCancelView(JobsEndpoint):
 
 
 class HardwareView(ProjectEndpoint):
-    """The hardware catalog with each of the organization's backends' hourly rates."""
+    """The hardware catalog: which of the organization's backends offer each type
+    (`offered_by`), and at what hourly rate (`hourly_by_backend`, backends that offer it)."""
 
     permissions = {"GET": "work:read"}
     queryset = ComputeBackend.objects.none()
@@ -288,10 +290,13 @@ class HardwareView(ProjectEndpoint):
     @extend_schema(responses={200: dict})
     def get(self, request, org_slug, project_slug):
         backends = list(ComputeBackend.objects.filter(organization=self.organization, enabled=True))
+        offered = {backend.pk: offered_hardware(backend) for backend in backends}
         hardware = []
         for item in catalog.CATALOG.values():
             rates = {}
             for backend in backends:
+                if item.name not in offered[backend.pk]:
+                    continue
                 price = catalog.hourly_rate(
                     hardware=item.name, backend_kind=backend.kind, organization_id=self.organization.pk
                 )
@@ -302,6 +307,7 @@ class HardwareView(ProjectEndpoint):
                     "label": item.label,
                     "gpus": item.gpus,
                     "gpu_memory_gib": item.gpu_memory_gib,
+                    "offered_by": list(rates),
                     "hourly_by_backend": rates,
                 }
             )

@@ -122,6 +122,13 @@ class KubernetesBackend:
         self.node_selector = dict(config.get("node_selector") or {})
         self.gpu_label = str(config.get("gpu_label") or DEFAULT_GPU_LABEL)
         self.gpu_products = config.get("gpu_products")
+        if self.gpu_products is not None:
+            # The cluster was told which GPUs it has: it offers those and the CPU types.
+            self.hardware_map = {
+                name: resources
+                for name, resources in type(self).hardware_map.items()
+                if "nvidia.com/gpu" not in resources or self.gpu_products.get(name)
+            }
         self._token = str(credentials.get("token") or "")
         self._ca_cert = str(credentials.get("ca_cert") or "")
 
@@ -203,15 +210,13 @@ class KubernetesBackend:
     def submit(self, spec: JobSpec) -> str:
         resources = self.hardware_map.get(spec.hardware)
         if resources is None:
-            raise BackendError(f"Kubernetes has no {spec.hardware!r} hardware in the catalog")
+            raise BackendError(
+                f"this cluster does not offer {spec.hardware!r}; it offers: {', '.join(self.hardware_map)}"
+            )
         node_selector = dict(self.node_selector)
         is_gpu = "nvidia.com/gpu" in resources
         if is_gpu and self.gpu_products is not None:
-            product = self.gpu_products.get(spec.hardware)
-            if not product:
-                offered = ", ".join(sorted(self.gpu_products)) or "none"
-                raise BackendError(f"this cluster offers no {spec.hardware!r} GPUs (configured: {offered})")
-            node_selector[self.gpu_label] = product
+            node_selector[self.gpu_label] = self.gpu_products[spec.hardware]
         if not spec.image:
             raise BackendError("Kubernetes jobs need a container image")
         if not spec.command:

@@ -22,8 +22,23 @@ group, SIGKILL after a grace period), and writes the exit code when the command 
 This module's top level imports only the standard library and ``jobs.backends.base``,
 so the supervisor starts without Django.
 
-POSIX only (process groups and signals). The image is ignored: the command runs on the
-host, as the worker's user.
+Isolation (docs/jobs.md says what it covers and what it does not): the command runs as
+``JOBS_LOCAL_USER``, a separate unprivileged user, never as root and never as the
+worker's own user in production, in a *workspace* of its own
+(``<tmp>/agentops-jobs-<worker uid>/job-...``, 0700, that user's, removed when the job
+ends), with a clean environment: a fixed PATH, HOME = the workspace, the job's own
+variables and secrets, and nothing of the worker's but the GPU selection
+(``CUDA_VISIBLE_DEVICES``, ``NVIDIA_VISIBLE_DEVICES``) and what the backend's
+``inherit_env`` names. The job's directory above stays the worker's (0700): the
+command writes its output through the file descriptor it was given, and reads none of
+the backend's files. The supervisor itself runs as the worker's user.
+
+The hardware a local backend offers is what the host has: the CPU catalog entries, and
+a GPU entry when ``nvidia-smi`` reports that GPU (its name, and at least nine tenths of
+the catalog's memory); a backend's ``hardware`` setting can only narrow that.
+
+POSIX only (process groups, signals, users). The image is ignored: the command runs on
+the host.
 """
 
 from __future__ import annotations
@@ -32,15 +47,19 @@ import contextlib
 import json
 import logging
 import os
+import pwd
 import re
 import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
@@ -62,39 +81,24 @@ DEFAULT_CANCEL_GRACE_SECONDS = 10.0
 _SUBMIT_TIMEOUT_SECONDS = 30
 _SUPERVISOR_TICK_SECONDS = 0.2
 
-# Variables a job inherits from the worker's environment. Everything else stays out:
-# the worker holds the platform's own secrets (SECRET_KEY, ENCRYPTION_KEYS,
-# DATABASE_URL, ...). Config "inherit_env" adds names.
-INHERITED_ENV = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "LANG",
-    "LANGUAGE",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "TMPDIR",
-    "LD_LIBRARY_PATH",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "CUDA_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES",
-    "HF_HOME",
-    "HF_HUB_CACHE",
-    "XDG_CACHE_HOME",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
+# A job's environment is built, not inherited (the worker holds the platform's own
+# secrets: SECRET_KEY, ENCRYPTION_KEYS, DATABASE_URL, ...): this PATH, HOME and TMPDIR
+# = its workspace, USER, a UTF-8 locale, and from the worker only which GPUs the host
+# gives jobs. Config "inherit_env" adds names, never the platform's own secrets.
+JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
+GPU_SELECTION_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+PLATFORM_SECRET_ENV = frozenset(
+    {"SECRET_KEY", "ENCRYPTION_KEYS", "DATABASE_URL", "REDIS_URL", "EMAIL_HOST_PASSWORD", "DJANGO_SETTINGS_MODULE"}
 )
+# nvidia-smi's answer (the host's GPUs) is kept this long per executable.
+HARDWARE_CACHE_SECONDS = 60.0
+# A GPU is the catalog's when its name says so and it has at least this share of the
+# catalog's memory (an A100 40GB is no "a100", which is the 80 GB one).
+_GPU_MEMORY_SHARE = 0.9
+# The Linux capabilities a worker that is not root needs to start a job as another user,
+# give it its workspace and remove that afterwards: CAP_CHOWN, CAP_DAC_OVERRIDE,
+# CAP_SETGID, CAP_SETUID.
+_SWITCH_USER_CAPABILITIES = (0, 1, 6, 7)
 
 CONFIG_KEYS = ("work_dir", "nvidia_smi", "gpu_sample_seconds", "cancel_grace_seconds", "hardware", "inherit_env")
 _COMMAND_NAME = re.compile(r"^[A-Za-z0-9._+/-]+$")
@@ -102,21 +106,34 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOB_DIR_NAME = re.compile(r"^job-\d+-[0-9a-f]+$")
 
 
-class _CatalogHardware:
-    """``hardware_map`` of the class: every catalog name maps to itself (a local box has
-    what it has; the name only prices the job). Read lazily because the catalog needs
-    Django, and the supervisor imports this module without it."""
+@dataclass(frozen=True)
+class HostPolicy:
+    """What the operator allows on this host (settings JOBS_LOCAL_BACKEND,
+    JOBS_LOCAL_USER, DEBUG) and where workspaces go."""
 
-    def __get__(self, instance, owner) -> dict[str, str]:
-        from jobs.hardware import CATALOG
+    enabled: bool
+    user: str
+    debug: bool
+    workspace_root: Path
 
-        return {name: name for name in CATALOG}
+    @classmethod
+    def from_settings(cls) -> HostPolicy:
+        from django.conf import settings
+
+        return cls(
+            enabled=bool(settings.JOBS_LOCAL_BACKEND),
+            user=str(settings.JOBS_LOCAL_USER or ""),
+            debug=bool(settings.DEBUG),
+            workspace_root=default_workspace_root(),
+        )
+
+
+def default_workspace_root() -> Path:
+    return Path(tempfile.gettempdir()) / f"agentops-jobs-{os.geteuid()}"
 
 
 class LocalBackend:
-    hardware_map = _CatalogHardware()
-
-    def __init__(self, *, config: dict, credentials: dict):
+    def __init__(self, *, config: dict, credentials: dict, policy: HostPolicy | None = None):
         config = config or {}
         if config.get("work_dir"):
             self.work_dir = Path(config["work_dir"])
@@ -129,8 +146,23 @@ class LocalBackend:
         grace = config.get("cancel_grace_seconds")
         self.cancel_grace_seconds = float(DEFAULT_CANCEL_GRACE_SECONDS if grace is None else grace)
         self.inherit_env = tuple(config.get("inherit_env") or ())
-        if config.get("hardware"):
-            self.hardware_map = {name: name for name in config["hardware"]}
+        self.hardware_limit = tuple(config.get("hardware") or ())
+        self._policy = policy
+
+    @property
+    def policy(self) -> HostPolicy:
+        if self._policy is None:
+            self._policy = HostPolicy.from_settings()
+        return self._policy
+
+    @property
+    def hardware_map(self) -> dict[str, str]:
+        """The hardware this host has (``detect_hardware``), narrowed by the backend's
+        ``hardware`` setting when it has one."""
+        offered = detect_hardware(self.nvidia_smi)
+        if self.hardware_limit:
+            offered = tuple(name for name in offered if name in self.hardware_limit)
+        return {name: name for name in offered}
 
     @staticmethod
     def validate(config: dict, credentials: dict) -> tuple[dict, dict]:
@@ -186,23 +218,39 @@ class LocalBackend:
                 isinstance(name, str) and _ENV_NAME.match(name) for name in inherit_env
             ):
                 raise InvalidRequest("inherit_env must be a list of environment variable names")
+            platform_names = sorted(
+                name for name in inherit_env if name in PLATFORM_SECRET_ENV or name.startswith("AGENTOPS_")
+            )
+            if platform_names:
+                raise InvalidRequest(
+                    f"inherit_env cannot pass the platform's own settings to jobs: {', '.join(platform_names)}"
+                )
             cleaned["inherit_env"] = list(dict.fromkeys(inherit_env))
         return cleaned, {}
 
     # --- The four calls of base.Backend.
 
     def submit(self, spec: JobSpec) -> str:
-        if spec.hardware not in self.hardware_map:
+        if not self.policy.enabled:
+            raise BackendError("the local backend is turned off on this installation (JOBS_LOCAL_BACKEND=false)")
+        offered = self.hardware_map
+        if spec.hardware not in offered:
             raise BackendError(
                 f"the local backend does not offer hardware {spec.hardware!r}; "
-                f"it offers: {', '.join(self.hardware_map) or 'nothing'}"
+                f"it offers: {', '.join(offered) or 'nothing'}"
             )
         if not spec.command:
             raise BackendError("the job has no command")
+        run_as = self._run_as()
+        job_dir = self.work_dir / f"job-{int(spec.job_id)}-{secrets.token_hex(4)}"
+        workspace = self._make_workspace(job_dir.name, run_as)
         try:
             self.work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            job_dir = self.work_dir / f"job-{int(spec.job_id)}-{secrets.token_hex(4)}"
             job_dir.mkdir(mode=0o700)
+        except OSError as error:
+            _remove_workspace(job_dir, str(workspace))
+            raise BackendError(f"could not create the job's directory under {self.work_dir}: {error}") from None
+        try:
             _write_json(
                 job_dir / "spec.json",
                 {
@@ -215,15 +263,17 @@ class LocalBackend:
                     "nvidia_smi": self.nvidia_smi,
                     "gpu_sample_seconds": self.gpu_sample_seconds,
                     "cancel_grace_seconds": self.cancel_grace_seconds,
+                    "run_as": run_as,
+                    "workspace": str(workspace),
                 },
             )
         except OSError as error:
-            raise BackendError(f"could not create the job's directory under {self.work_dir}: {error}") from None
+            raise BackendError(f"could not write the job's spec in {job_dir}: {error}") from None
         try:
             launcher = subprocess.run(
                 [sys.executable, "-E", "-m", "jobs.backends.local", "run", str(job_dir)],
                 cwd=PROJECT_ROOT,
-                env=self._environment(spec),
+                env=self._environment(spec, run_as, workspace),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -234,6 +284,7 @@ class LocalBackend:
         except (OSError, subprocess.TimeoutExpired) as error:
             raise BackendError(f"could not start the job's supervisor: {error}", retryable=True) from None
         if launcher.returncode != 0:
+            _remove_workspace(job_dir, str(workspace))  # no command was started in it
             reason = launcher.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit code {launcher.returncode}"
             raise BackendError(f"could not start the job's supervisor: {reason}", retryable=True)
         logger.info("local job %s started in %s", spec.job_id, job_dir)
@@ -305,9 +356,76 @@ class LocalBackend:
             raise JobNotFound(f"no local job {external_id!r}")
         return job_dir
 
-    def _environment(self, spec: JobSpec) -> dict[str, str]:
-        env = {name: os.environ[name] for name in (*INHERITED_ENV, *self.inherit_env) if name in os.environ}
-        env["PYTHONUNBUFFERED"] = "1"
+    def _run_as(self) -> dict | None:
+        """The user the command runs as ({"user", "uid", "gid"}), or None for the
+        worker's own user (a development machine only). Refused (BackendError): root,
+        the worker's own user in production, a user this worker cannot switch to."""
+        name = self.policy.user
+        if not name:
+            if os.geteuid() == 0:
+                raise BackendError(
+                    "local jobs never run as root: set JOBS_LOCAL_USER to an unprivileged user "
+                    "(e.g. nobody) for the worker to run them as"
+                )
+            if not self.policy.debug:
+                raise BackendError(
+                    "local jobs need JOBS_LOCAL_USER (a separate unprivileged user) when DEBUG is off: "
+                    "as the worker's own user a job could read the platform's data and keys"
+                )
+            return None
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            raise BackendError(f"JOBS_LOCAL_USER names no user of this host: {name!r}") from None
+        if entry.pw_uid == 0 or entry.pw_gid == 0:
+            raise BackendError(f"JOBS_LOCAL_USER must be an unprivileged user; {name!r} is root or in root's group")
+        if entry.pw_uid == os.geteuid():
+            raise BackendError(
+                f"JOBS_LOCAL_USER ({name}) is the worker's own user: it must be a separate user, "
+                "who cannot read the worker's environment or DATA_DIR"
+            )
+        if os.geteuid() != 0 and not _can_switch_users():
+            raise BackendError(
+                f"this worker (uid {os.geteuid()}) cannot start processes as {name}: run it as root "
+                "(jobs still never run as root) or give it the capabilities CAP_SETUID, CAP_SETGID, "
+                "CAP_CHOWN and CAP_DAC_OVERRIDE"
+            )
+        return {"user": name, "uid": entry.pw_uid, "gid": entry.pw_gid}
+
+    def _make_workspace(self, name: str, run_as: dict | None) -> Path:
+        """The command's working directory (and HOME): ``<root>/<job dir name>``, 0700 and
+        the job user's, in a root folder of the worker's that others may only traverse."""
+        root = self.policy.workspace_root
+        if run_as is not None and not _reachable_by_all(root):
+            raise BackendError(
+                f"the job's user cannot reach {root}: give the worker a TMPDIR every user may traverse (e.g. /tmp)"
+            )
+        try:
+            root.mkdir(mode=0o711, parents=True, exist_ok=True)
+            found = os.lstat(root)
+            if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
+                raise BackendError(f"{root} is not a folder of the worker's own user: remove it")
+            os.chmod(root, 0o711)  # noqa: S103 - others may traverse to their own workspace, not list
+            workspace = root / name
+            workspace.mkdir(mode=0o700)
+            if run_as is not None:
+                os.chown(workspace, run_as["uid"], run_as["gid"])
+        except OSError as error:
+            raise BackendError(f"could not create the job's workspace under {root}: {error}") from None
+        return workspace
+
+    def _environment(self, spec: JobSpec, run_as: dict | None, workspace: Path) -> dict[str, str]:
+        user = run_as["user"] if run_as else _user_name(os.geteuid())
+        env = {
+            "PATH": JOB_PATH,
+            "HOME": str(workspace),
+            "TMPDIR": str(workspace),
+            "USER": user,
+            "LOGNAME": user,
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.update({name: os.environ[name] for name in (*GPU_SELECTION_ENV, *self.inherit_env) if name in os.environ})
         env.update({str(name): str(value) for name, value in spec.env.items()})
         return env
 
@@ -328,6 +446,7 @@ class LocalBackend:
         if latest.get("state") in ENDED_STATES:
             return latest
         _kill_group(latest.get("command_pid"), signal.SIGKILL)
+        _remove_workspace(job_dir, (_read_json(job_dir / "spec.json") or {}).get("workspace"))
         cancelled = (job_dir / "cancel").exists()
         ended = {
             **latest,
@@ -338,6 +457,14 @@ class LocalBackend:
         }
         _write_json(job_dir / "state.json", ended)
         return ended
+
+
+def _remove_workspace(job_dir: Path, workspace: str | None) -> None:
+    """The workspace goes with the job: the next job of the same user must not find this
+    one's files. Only the job's own (named like its directory); rmtree does not follow
+    the links a job may leave there."""
+    if workspace and Path(workspace).name == job_dir.name and Path(workspace) != job_dir:
+        shutil.rmtree(workspace, ignore_errors=True)
 
 
 def _log_cursor(offset: int, skipping: bool) -> dict:
@@ -423,6 +550,84 @@ def _read_new_gpu_samples(job_dir: Path) -> list[dict]:
         position_file.truncate()
         position_file.write(str(offset))
     return samples
+
+
+_detected: dict[str, tuple[float, tuple[str, ...]]] = {}
+
+
+def detect_hardware(nvidia_smi: str = "nvidia-smi") -> tuple[str, ...]:
+    """The catalog hardware this host has, in catalog order: every CPU entry, and each
+    GPU entry ``nvidia-smi`` reports (by name, with enough memory). Asked again after
+    HARDWARE_CACHE_SECONDS."""
+    from jobs.hardware import CATALOG
+
+    now = time.monotonic()
+    cached = _detected.get(nvidia_smi)
+    if cached is not None and now - cached[0] < HARDWARE_CACHE_SECONDS:
+        return cached[1]
+    gpus = query_gpus(nvidia_smi)
+    offered = []
+    for name, hardware in CATALOG.items():
+        if hardware.gpus == 0:
+            offered.append(name)
+            continue
+        pattern = re.compile(rf"(?<![A-Z0-9]){re.escape(name.upper())}(?![A-Z0-9])")
+        needed_mib = hardware.gpu_memory_gib * 1024 * _GPU_MEMORY_SHARE
+        if any(pattern.search(gpu_name.upper()) and memory >= needed_mib for gpu_name, memory in gpus):
+            offered.append(name)
+    _detected[nvidia_smi] = (now, tuple(offered))
+    return tuple(offered)
+
+
+def query_gpus(nvidia_smi: str = "nvidia-smi") -> list[tuple[str, float]]:
+    """(name, memory in MiB) of each GPU ``nvidia-smi`` lists; [] without one."""
+    executable = shutil.which(nvidia_smi)
+    if executable is None:
+        return []
+    try:
+        result = subprocess.run(
+            [executable, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if result.returncode != 0:
+        return []
+    gpus = []
+    for line in result.stdout.decode("utf-8", "replace").splitlines():
+        name, _, memory = line.rpartition(",")
+        try:
+            gpus.append((name.strip(), float(memory)))
+        except ValueError:
+            continue
+    return gpus
+
+
+def _can_switch_users() -> bool:
+    """Whether this process holds the capabilities of _SWITCH_USER_CAPABILITIES (Linux)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                effective = int(line.split()[1], 16)
+                return all(effective & (1 << capability) for capability in _SWITCH_USER_CAPABILITIES)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no passwd entry (containers)
+        return str(uid)
+
+
+def _reachable_by_all(folder: Path) -> bool:
+    """Whether any user may traverse every folder above ``folder`` (as the job's user
+    must, to start in its workspace)."""
+    return all(os.stat(parent).st_mode & stat.S_IXOTH for parent in folder.parents)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -533,19 +738,28 @@ class _Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         output = open(self.job_dir / "output.log", "ab", buffering=0)  # open for the job's life
+        run_as = self.spec.get("run_as") or {}
+        workspace = Path(self.spec.get("workspace") or self.job_dir)
         try:
+            # As the job's user (no supplementary groups), in its workspace, with the
+            # environment submit built (this process's own). Its output goes through the
+            # descriptor: the job's directory stays closed to it.
             command = subprocess.Popen(
                 self.spec["command"],
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
-                cwd=self.job_dir,
+                cwd=workspace,
+                env=dict(os.environ),
                 process_group=0,
+                umask=0o077,
+                **({"user": run_as["uid"], "group": run_as["gid"], "extra_groups": []} if run_as else {}),
             )
         except OSError as error:
             exit_code = 126 if isinstance(error, PermissionError) else 127
             message = f"could not start the command: {error.strerror or error}"
             output.write(f"[local backend] {message}\n".encode())
+            _remove_workspace(self.job_dir, str(workspace))
             self._end("failed", exit_code, message)
             self._ready()
             return 0
@@ -560,6 +774,7 @@ class _Supervisor:
         _kill_group(command.pid, signal.SIGKILL)  # whatever the command left running in its group
         sampler_stop.set()
         sampler.join(timeout=15)
+        _remove_workspace(self.job_dir, str(workspace))
 
         exit_code = returncode if returncode >= 0 else 128 - returncode
         if self.stop_reason == "cancelled":

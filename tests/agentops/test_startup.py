@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _manage(*args, env_overrides, timeout=120):
+    # `manage.py *args`, or `python -c <code>` when args start with "-c".
     # tests/settings.py relaxes some settings through the environment; start from the
     # environment the suite was given, without those.
     relaxed = {
@@ -22,11 +23,21 @@ def _manage(*args, env_overrides, timeout=120):
         "DEBUG",
         "SECRET_KEY",
         "ENCRYPTION_KEYS",
+        "JOBS_LOCAL_BACKEND",
+        "JOBS_LOCAL_USER",
+        "JOBS_CALLBACK_URL",
+        "HOST",
+        "PORT",
     }
     env = {k: v for k, v in os.environ.items() if k not in relaxed}
     env.update(env_overrides)
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, *args] if args[0] == "-c" else [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -148,3 +159,52 @@ def test_configuration_errors_are_one_line():
     )
     assert result.returncode == 2
     assert result.stderr.strip() == "agentops: configuration error: DEBUG must be true or false, not 'maybe'"
+
+
+def _setting(name: str, tmp_path, **environment) -> str:
+    """The value the settings give ``name`` in a process started with ``environment``."""
+    result = _manage(
+        "-c",
+        f"from agentops import settings; print(repr(settings.{name}))",
+        env_overrides={
+            "DEBUG": "true",
+            "DATA_DIR": str(tmp_path),
+            # Servers that are not there: reading a setting needs none.
+            "DATABASE_URL": "postgres://x@127.0.0.1:1/d",
+            "REDIS_URL": "redis://127.0.0.1:1/0",
+            **environment,
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_jobs_call_the_platform_back_where_it_is_served(tmp_path):
+    assert _setting("JOBS_CALLBACK_URL", tmp_path) == "'http://127.0.0.1:8000'"
+    assert _setting("JOBS_CALLBACK_URL", tmp_path, PORT="9000") == "'http://127.0.0.1:9000'"
+    assert _setting("JOBS_CALLBACK_URL", tmp_path, HOST="0.0.0.0", PORT="9001") == "'http://127.0.0.1:9001'"
+    assert _setting("JOBS_CALLBACK_URL", tmp_path, HOST="::", PORT="9002") == "'http://[::1]:9002'"
+    assert _setting("JOBS_CALLBACK_URL", tmp_path, HOST="10.0.0.5", PORT="9003") == "'http://10.0.0.5:9003'"
+    assert (
+        _setting("JOBS_CALLBACK_URL", tmp_path, PORT="9000", JOBS_CALLBACK_URL="https://agentops.example.com/")
+        == "'https://agentops.example.com'"
+    )
+
+
+def test_the_local_backend_is_off_in_production_unless_turned_on(tmp_path):
+    production = {"DEBUG": "false", "SECRET_KEY": "k" * 60, "ENCRYPTION_KEYS": Fernet.generate_key().decode()}
+    assert _setting("JOBS_LOCAL_BACKEND", tmp_path, **production) == "False"
+    assert _setting("JOBS_LOCAL_BACKEND", tmp_path, **production, JOBS_LOCAL_BACKEND="true") == "True"
+    assert _setting("JOBS_LOCAL_USER", tmp_path, **production) == "''"
+    assert _setting("JOBS_LOCAL_BACKEND", tmp_path) == "True"  # DEBUG
+    as_root = "'nobody'" if os.geteuid() == 0 else "''"
+    assert _setting("JOBS_LOCAL_USER", tmp_path) == as_root  # make run as root: jobs as nobody
+
+
+def test_data_dir_is_readable_by_its_owner_only(tmp_path):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o755)
+    (data_dir / "redis").mkdir(mode=0o755)
+    _setting("DATA_DIR", tmp_path, DATA_DIR=str(data_dir))
+    assert data_dir.stat().st_mode & 0o777 == 0o700
+    assert (data_dir / "redis").stat().st_mode & 0o777 == 0o700

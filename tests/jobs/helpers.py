@@ -3,6 +3,8 @@ its real client in its own module), and rows for job tests."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from jobs.backends.base import BackendError, JobNotFound, LogChunk, RemoteStatus
 from jobs.models import ComputeBackend
 
@@ -66,3 +68,18 @@ def make_backend(organization, *, name="box", kind="local", config=None) -> Comp
     return ComputeBackend.dangerously_unscoped_objects.create(
         organization=organization, name=name, kind=kind, config=config or {}
     )
+
+
+def fake_nvidia_smi(folder: Path, gpus: str) -> Path:
+    """An executable that answers the hardware query as nvidia-smi does (name, MiB)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        f"  *--query-gpu=name,memory.total*) cat <<'GPUS'\n{gpus}GPUS\n  ;;\n"
+        "  *) exit 9 ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return script

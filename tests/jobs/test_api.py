@@ -9,10 +9,11 @@ import pytest
 
 from agentops.scoping import organization_scope
 from jobs import services
+from jobs.backends import backend_class, backend_for
 from jobs.models import ComputeBackend, Job, JobLogLine
 from jobs.services import job_poll
 from tests.evals.helpers import make_dataset, make_evaluator
-from tests.jobs.helpers import ScriptedBackend, make_backend
+from tests.jobs.helpers import ScriptedBackend, fake_nvidia_smi, make_backend
 
 
 @pytest.fixture(autouse=True)
@@ -83,6 +84,33 @@ def test_estimate_before_submitting(tenant, backend, client_for):
         assert not Job.objects.exists()
 
 
+def test_a_local_backend_offers_only_the_hardware_its_host_has(tenant, client_for, monkeypatch, tmp_path):
+    monkeypatch.setattr(services, "backend_for", backend_for)  # the real local backend, not the scripted one
+    monkeypatch.setattr(services, "backend_class", backend_class)
+    smi = fake_nvidia_smi(tmp_path, "NVIDIA A100-SXM4-80GB, 81920\n")
+    with organization_scope(tenant.organization):
+        services.backend_create(
+            organization=tenant.organization, actor=None, name="box", kind="local", config={"nvidia_smi": str(smi)}
+        )
+    client = client_for(tenant.member)
+    body = {"backend": "box", "command": ["/bin/sleep", "12"], "time_limit_seconds": 600}
+
+    refused = client.post(_url(tenant, "jobs/"), {**body, "hardware": "h200"}, format="json")
+    estimate = client.post(_url(tenant, "jobs/estimate/"), {**body, "hardware": "h200"}, format="json").json()
+    offered = client.post(_url(tenant, "jobs/estimate/"), {**body, "hardware": "a100"}, format="json").json()
+    hardware = {row["name"]: row for row in client.get(_url(tenant, "hardware/")).json()["hardware"]}
+
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == "backend 'box' (local) does not offer h200; it offers: cpu-basic, a100"
+    assert estimate["amount"] is None and estimate["basis"] == "not_offered"
+    assert "does not offer h200; it offers: cpu-basic, a100" in estimate["note"]
+    assert offered["amount"] is not None and offered["offered_hardware"] == ["cpu-basic", "a100"]
+    assert hardware["a100"]["offered_by"] == ["box"] and hardware["h200"]["offered_by"] == []
+    assert hardware["h200"]["hourly_by_backend"] == {}
+    with organization_scope(tenant.organization):
+        assert not Job.objects.exists()
+
+
 def test_bad_submissions_answer_clearly(tenant, backend, client_for):
     client = client_for(tenant.member)
     cases = [
@@ -137,7 +165,7 @@ def test_backends_and_secrets_are_for_admins_and_never_shown(tenant, client_for)
     with organization_scope(tenant.organization):
         stored = ComputeBackend.objects.get(name="lab")
     assert "very-secret-token" not in stored.credentials_ciphertext
-    assert admin.post(base + "compute-backends/", {"name": "lab", "kind": "local"}, format="json").status_code == 409
+    assert admin.post(base + "compute-backends/", {"name": "lab", "kind": "ray"}, format="json").status_code == 409
     assert client_for(tenant.member).get(base + "compute-backends/").status_code == 403
     saved = admin.post(base + "job-secrets/", {"name": "HF_TOKEN", "value": "hf_0123456789abcdef"}, format="json")
     assert saved.status_code == 201 and "hf_0123456789" not in saved.content.decode()
@@ -149,6 +177,29 @@ def test_backends_and_secrets_are_for_admins_and_never_shown(tenant, client_for)
         == 403
     )
     assert admin.delete(base + "job-secrets/HF_TOKEN/").status_code == 204
+
+
+def test_only_platform_staff_add_or_change_a_local_backend(tenant, client_for, settings):
+    base = f"/api/v1/organizations/{tenant.organization.slug}/compute-backends/"
+    body = {"name": "box", "kind": "local", "config": {}}
+    refused = client_for(tenant.owner).post(base, body, format="json")
+    assert refused.status_code == 403
+    assert "only platform staff may add or change a local backend" in refused.json()["error"]["message"]
+    tenant.owner.is_staff = True
+    tenant.owner.save()
+    created = client_for(tenant.owner).post(base, body, format="json")
+    assert created.status_code == 201, created.content
+    local = f"{base}{created.json()['id']}/"
+    admin = client_for(tenant.admin)
+    changed = admin.patch(local, {"config": {"work_dir": "/srv/jobs"}}, format="json")
+    assert changed.status_code == 403 and "platform staff" in changed.json()["error"]["message"]
+    assert admin.patch(local, {"enabled": False}, format="json").json()["enabled"] is False  # turning it off is fine
+    assert admin.patch(local, {"enabled": True}, format="json").status_code == 403
+    settings.JOBS_LOCAL_BACKEND = False
+    off = client_for(tenant.owner).post(base, {**body, "name": "other"}, format="json")
+    assert off.status_code == 400 and "JOBS_LOCAL_BACKEND=false" in off.json()["error"]["message"]
+    with organization_scope(tenant.organization):
+        assert list(ComputeBackend.objects.values_list("name", "config", "enabled")) == [("box", {}, False)]
 
 
 def test_the_job_token_endpoints(tenant, backend, client_for, api_client, scripted, make_api_key):

@@ -113,8 +113,10 @@ def test_configured_namespace_service_account_and_gpu_nodes(fake_kubernetes):  #
     pod = fake_kubernetes.only_job()["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "eval-runner"
     assert pod["nodeSelector"] == {"pool": "gpu", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
-    # A GPU type the cluster was not said to have is refused, not run on another GPU.
-    with pytest.raises(BackendError, match="no 'h100' GPUs"):
+    # A GPU type the cluster was not said to have is not offered (the platform refuses a
+    # job asking for it, 400), and refused here too, not run on another GPU.
+    assert list(backend.hardware_map) == ["cpu-basic", "t4", "a100"]
+    with pytest.raises(BackendError, match="h100"):
         backend.submit(_spec(hardware="h100"))
 
 

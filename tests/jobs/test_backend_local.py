@@ -21,11 +21,12 @@ import pytest
 
 from agentops.errors import InvalidRequest
 from jobs.backends.base import BackendError, JobNotFound, JobSpec
-from jobs.backends.local import MAX_LINE_BYTES, MAX_LINES_PER_CALL, LocalBackend, parse_nvidia_smi
-from jobs.hardware import CATALOG
+from jobs.backends.local import MAX_LINE_BYTES, MAX_LINES_PER_CALL, HostPolicy, LocalBackend, parse_nvidia_smi
+from tests.jobs.helpers import fake_nvidia_smi
 
 TIMEOUT_SECONDS = 15
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+JOBS_USER = os.environ.get("JOBS_LOCAL_USER", "")  # tests/settings.py: nobody when the suite runs as root
 
 
 @pytest.fixture
@@ -58,7 +59,8 @@ def _stop_leftover_jobs(tmp_path):
 
 
 def python_command(source: str) -> list[str]:
-    return [sys.executable, "-c", textwrap.dedent(source)]
+    # The host's python3 (on the job's PATH): the job's user may not reach this Python.
+    return ["python3", "-c", textwrap.dedent(source)]
 
 
 def job_spec(command: list[str], *, env: dict | None = None, time_limit: int = 60, job_id: int = 7) -> JobSpec:
@@ -254,10 +256,13 @@ def test_a_job_outlives_the_worker_that_submitted_it(config):
                 f"""
                 import sys
                 from jobs.backends.base import JobSpec
-                from jobs.backends.local import LocalBackend
-                backend = LocalBackend(config={{**{config!r}, "hardware": ["cpu-basic"]}}, credentials={{}})
+                from jobs.backends.local import HostPolicy, LocalBackend, default_workspace_root
+                policy = HostPolicy(enabled=True, user={JOBS_USER!r}, debug=False,
+                                    workspace_root=default_workspace_root())
+                backend = LocalBackend(config={{**{config!r}, "hardware": ["cpu-basic"]}}, credentials={{}},
+                                       policy=policy)
                 program = "import time\\nfor n in range(3):\\n print(n, flush=True)\\n time.sleep(0.5)"
-                command = [sys.executable, "-c", program]
+                command = ["python3", "-c", program]
                 print(backend.submit(JobSpec(job_id=9, name="n", image="", command=command, env={{}},
                                              hardware="cpu-basic", time_limit_seconds=60)))
                 """
@@ -315,11 +320,50 @@ def test_the_job_gets_its_env_and_the_worker_keeps_its_own(backend, monkeypatch,
     assert f"secret sha256 {hashlib.sha256(secret.encode()).hexdigest()}" in lines
     assert "worker-only None" in lines
     assert "path True unbuffered 1" in lines
-    assert f"cwd {Path(external_id).resolve()}" in lines
+    workspace = next(line.removeprefix("cwd ") for line in lines if line.startswith("cwd "))
+    assert Path(workspace).name == Path(external_id).name and Path(workspace) != Path(external_id)
+    assert not Path(workspace).exists()  # removed with the job
     for path in Path(external_id).iterdir():
         assert secret not in path.read_text(errors="replace"), path.name
     assert secret not in caplog.text
     assert secret not in json.dumps(status.__dict__)
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="starting a job as another user needs root (or CAP_SETUID and CAP_SETGID)"
+)
+
+
+@needs_root
+def test_local_jobs_never_run_as_root(config, settings):
+    for user, reason in [
+        ("", "local jobs never run as root: set JOBS_LOCAL_USER"),
+        ("root", "JOBS_LOCAL_USER must be an unprivileged user"),
+        ("no-such-user-here", "JOBS_LOCAL_USER names no user of this host"),
+    ]:
+        settings.JOBS_LOCAL_USER = user
+        with pytest.raises(BackendError, match=reason):
+            LocalBackend(config=config, credentials={}).submit(job_spec(["/usr/bin/id"]))
+    assert not list(Path(config["work_dir"]).glob("job-*"))
+
+
+@needs_root
+def test_a_workspace_the_jobs_user_cannot_reach_is_refused(config, tmp_path):
+    private = tmp_path / "private"  # under pytest's own folder, which is 0700
+    private.mkdir(mode=0o700)
+    policy = HostPolicy(enabled=True, user=JOBS_USER, debug=False, workspace_root=private / "workspaces")
+    backend = LocalBackend(config=config, credentials={}, policy=policy)
+
+    with pytest.raises(BackendError, match="the job's user cannot reach .*/private/workspaces"):
+        backend.submit(job_spec(["/usr/bin/id"]))
+    assert not (private / "workspaces").exists() and not Path(config["work_dir"]).exists()
+
+
+def test_a_local_backend_turned_off_runs_nothing(config, settings):
+    settings.JOBS_LOCAL_BACKEND = False
+    with pytest.raises(BackendError, match="turned off on this installation"):
+        LocalBackend(config=config, credentials={}).submit(job_spec(["/usr/bin/id"]))
+    assert not Path(config["work_dir"]).exists()
 
 
 def test_gpu_samples_come_from_nvidia_smi(tmp_path, config):
@@ -358,7 +402,8 @@ def test_gpu_samples_come_from_nvidia_smi(tmp_path, config):
     keys = [(sample["at"], sample["gpu_index"]) for sample in samples]
     assert len(keys) == len(set(keys)), "a sample was returned twice"
     assert backend.status(external_id).gpu_samples == []
-    arguments = (tmp_path / "nvidia-smi-arguments").read_text().splitlines()[0]
+    calls = (tmp_path / "nvidia-smi-arguments").read_text().splitlines()
+    arguments = next(call for call in calls if "utilization.gpu" in call)  # (the first asked for the host's GPUs)
     assert "--query-gpu=index,utilization.gpu,memory.used,memory.total" in arguments
     assert "--id=0,1" in arguments
 
@@ -383,6 +428,8 @@ def test_a_killed_supervisor_fails_the_job_and_stops_its_command(backend):
     assert status.state == "failed"
     assert status.message == "the process died without an exit code"
     wait_for(lambda: not group_alive(state["command_pid"]), "the command to be stopped", timeout=5)
+    workspace = json.loads((Path(external_id) / "spec.json").read_text())["workspace"]
+    assert not Path(workspace).exists()  # its files go with it, as after a normal end
 
 
 def test_unknown_jobs_are_not_found(backend, config, tmp_path):
@@ -477,16 +524,26 @@ def test_a_line_that_never_ends_is_given_truncated_while_the_job_runs(backend):
     assert rest == ["next"]
 
 
-def test_hardware_is_every_catalog_name_unless_restricted(backend, config):
-    assert backend.hardware_map == {name: name for name in CATALOG}
-    assert LocalBackend.hardware_map == {name: name for name in CATALOG}
-
-    restricted = LocalBackend(config={**config, "hardware": ["cpu-basic", "a10g"]}, credentials={})
-
-    assert set(restricted.hardware_map) == {"cpu-basic", "a10g"}
-    with pytest.raises(BackendError, match="does not offer hardware 'h100'"):
-        restricted.submit(JobSpec(7, "n", "", ["true"], {}, "h100", 60))
+def test_a_host_without_gpus_offers_only_cpu(backend, config):
+    assert backend.hardware_map == {"cpu-basic": "cpu-basic"}
+    with pytest.raises(BackendError, match="does not offer hardware 'h200'; it offers: cpu-basic"):
+        backend.submit(JobSpec(7, "n", "", ["/bin/sleep", "12"], {}, "h200", 60))
     assert not list(Path(config["work_dir"]).glob("job-*"))
+
+
+def test_a_host_offers_the_gpus_nvidia_smi_reports(tmp_path, config):
+    smi = fake_nvidia_smi(
+        tmp_path / "a100", "NVIDIA A100-SXM4-80GB, 81920\nNVIDIA A100-SXM4-80GB, 81920\nNVIDIA L40S, 46068\n"
+    )
+    smaller = fake_nvidia_smi(tmp_path / "a100-40", "NVIDIA A100-PCIE-40GB, 40960\n")
+
+    def offered(**settings) -> list[str]:
+        return list(LocalBackend(config={**config, **settings}, credentials={}).hardware_map)
+
+    assert offered(nvidia_smi=str(smi)) == ["cpu-basic", "a100"]  # an L40S is no L4
+    assert offered(nvidia_smi=str(smi), hardware=["cpu-basic"]) == ["cpu-basic"]  # the setting narrows
+    assert offered(nvidia_smi=str(smi), hardware=["h100"]) == []  # and never adds
+    assert offered(nvidia_smi=str(smaller)) == ["cpu-basic"]  # 40 GB is not the catalog's 80 GB a100
 
 
 def test_validate_cleans_the_settings():
@@ -509,6 +566,7 @@ def test_validate_cleans_the_settings():
         ({"hardware": ["a100", "tpu-v5"]}, {}, "unknown hardware: tpu-v5"),
         ({"gpu_sample_seconds": 0}, {}, "gpu_sample_seconds must be a number"),
         ({"inherit_env": ["NOT A NAME"]}, {}, "inherit_env must be a list"),
+        ({"inherit_env": ["HF_HOME", "ENCRYPTION_KEYS"]}, {}, "cannot pass the platform's own settings"),
         ({"workdir": "/tmp"}, {}, "unknown setting"),
         ({}, {"token": "x"}, "takes no credentials"),
     ],
@@ -519,11 +577,9 @@ def test_validate_rejects_bad_settings(config, credentials, message):
 
 
 def test_inherit_env_passes_named_worker_variables(config, monkeypatch):
-    monkeypatch.setenv("AGENTOPS_TEST_SHARED_CACHE", "/cache")
-    backend = LocalBackend(config={**config, "inherit_env": ["AGENTOPS_TEST_SHARED_CACHE"]}, credentials={})
-    external_id = backend.submit(
-        job_spec(python_command("import os; print(os.environ.get('AGENTOPS_TEST_SHARED_CACHE'))"))
-    )
+    monkeypatch.setenv("SHARED_CACHE_FOR_TEST", "/cache")
+    backend = LocalBackend(config={**config, "inherit_env": ["SHARED_CACHE_FOR_TEST"]}, credentials={})
+    external_id = backend.submit(job_spec(python_command("import os; print(os.environ.get('SHARED_CACHE_FOR_TEST'))")))
 
     wait_until_ended(backend, external_id)
 

@@ -1,9 +1,13 @@
-"""Jobs demo data: a local backend and a queued demo job, added once."""
+"""Jobs demo data: a local backend and a queued demo job, added once, that runs to the
+end with the settings `make run` has (as JOBS_LOCAL_USER when run as root)."""
+
+import time
 
 from django.core.management import call_command
 
 from agentops.scoping import organization_scope
-from jobs.models import ComputeBackend, Job
+from jobs.models import ComputeBackend, Job, JobLogLine
+from jobs.services import job_poll
 
 
 def test_demo_backend_and_job_are_added_once(tenant, capsys, django_capture_on_commit_callbacks):
@@ -25,3 +29,18 @@ def test_no_demo_job_when_the_local_backend_is_off(tenant, settings, capsys):
     assert "turned off" in capsys.readouterr().out
     with organization_scope(tenant.organization):
         assert not Job.objects.exists()
+
+
+def test_the_demo_job_runs_to_the_end(tenant, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        call_command("seed_demo_jobs", "acme/agent")
+    with organization_scope(tenant.organization):
+        job = Job.objects.get()
+        deadline = time.monotonic() + 60
+        while not job.ended and time.monotonic() < deadline:
+            job_poll(job_id=job.pk)
+            job.refresh_from_db()
+            time.sleep(0.5)
+        lines = list(JobLogLine.objects.filter(job=job).order_by("number").values_list("text", flat=True))
+    assert job.status == "succeeded", (job.error, lines)
+    assert lines == [f"demo job: step {step}/10" for step in range(1, 11)] + ["demo job: done"]

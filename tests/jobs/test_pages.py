@@ -55,7 +55,7 @@ def signed_in(client):
 
 @pytest.fixture
 def backend(tenant):
-    return make_backend(tenant.organization, name="gpu-box")
+    return make_backend(tenant.organization, name="gpu-box", kind="ray")
 
 
 @pytest.fixture
@@ -245,6 +245,20 @@ def test_the_estimate_fragment_shows_the_amount_and_the_backends_rates(signed_in
     assert "<html" not in body
 
 
+def test_hardware_the_backend_does_not_offer_says_so(signed_in, tenant, backend):
+    # The scripted backend offers cpu-basic, t4 and a100.
+    response = signed_in(tenant.member).post(
+        f"{BASE}/new/estimate/", form_data(backend, hardware="h200"), HTTP_HX_REQUEST="true"
+    )
+
+    body = html.unescape(text(response))
+    assert "Not offered" in body and 'data-amount=""' in body
+    assert "Backend 'gpu-box' (ray) does not offer h200; it offers: cpu-basic, t4, a100" in body
+    assert "NVIDIA H200 (141 GB) · not offered by gpu-box" in body
+    offered = body.index("NVIDIA A100 (80 GB) · $3.00/h")
+    assert offered < body.index("NVIDIA H200 (141 GB) · not offered")  # what it offers comes first
+
+
 def test_the_estimate_ignores_fields_it_does_not_need(signed_in, tenant, backend):
     response = signed_in(tenant.member).post(
         f"{BASE}/new/estimate/", form_data(backend, command="", env="not a line"), HTTP_HX_REQUEST="true"
@@ -316,7 +330,7 @@ def test_an_evaluation_job_through_the_form_creates_its_experiment(signed_in, te
         ({"env": "JUST_A_NAME"}, "Line 1: write NAME=value."),
         ({"env": "1BAD=x"}, "Line 1: &#x27;1BAD&#x27; is not an environment variable name."),
         ({"env": "AGENTOPS_URL=http://x"}, "names starting with AGENTOPS_ are set by the platform"),
-        ({"hardware": "h200"}, "has no h200"),  # the scripted backend has no h200: the service says so
+        ({"hardware": "h200"}, "does not offer h200"),  # the scripted backend has no h200: the service says so
         ({"time_limit_minutes": "0"}, "greater than or equal to 1"),
         ({"kind": "evaluation", "command": ""}, "An evaluation job needs this."),
     ],
@@ -583,7 +597,7 @@ def test_backend_form_errors_are_shown_and_credentials_not_echoed(signed_in, ten
     bad_json = client.post(
         f"{COMPUTE}/backends/", {"name": "x", "kind": "ray", "config": "{nope", "credentials": '{"k": "typed_secret"}'}
     )
-    duplicate = client.post(f"{COMPUTE}/backends/", {"name": "gpu-box", "kind": "local", "config": "{}"})
+    duplicate = client.post(f"{COMPUTE}/backends/", {"name": "gpu-box", "kind": "ray", "config": "{}"})
 
     assert bad_json.status_code == 400 and "not valid JSON" in text(bad_json)
     assert "typed_secret" not in text(bad_json)
@@ -656,6 +670,26 @@ def test_the_edit_form_refuses_to_move_a_saved_token_to_another_host(signed_in, 
     cluster.refresh_from_db()
     assert resent.status_code == 302 and cluster.config["host"] == "https://k8s.evil.example"
     assert json.loads(crypto.decrypt(cluster.credentials_ciphertext)) == {"token": "k8s-new-token"}
+
+
+def test_only_platform_staff_add_or_change_a_local_backend(signed_in, tenant):
+    refused = signed_in(tenant.owner).post(f"{COMPUTE}/backends/", {"name": "box", "kind": "local", "config": "{}"})
+    assert refused.status_code == 403
+    assert "only platform staff may add or change a local backend" in text(refused).lower()
+    tenant.owner.is_staff = True
+    tenant.owner.save()
+    added = signed_in(tenant.owner).post(
+        f"{COMPUTE}/backends/", {"name": "box", "kind": "local", "config": "{}"}, follow=True
+    )
+    assert "The backend “box” was added." in text(added)
+    with organization_scope(tenant.organization):
+        local = ComputeBackend.objects.get(name="box")
+    edited = signed_in(tenant.admin).post(
+        f"{COMPUTE}/backends/{local.pk}/", {f"backend-{local.pk}-config": '{"work_dir": "/srv/x"}'}
+    )
+    assert edited.status_code == 403 and "only platform staff" in text(edited).lower()
+    local.refresh_from_db()
+    assert local.config == {}
 
 
 def test_another_organizations_backend_cannot_be_changed(signed_in, tenant, other_tenant):

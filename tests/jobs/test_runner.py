@@ -285,8 +285,9 @@ def test_a_local_job_runs_the_runner_and_its_progress_is_the_job_log(platform, t
             job_id=JOB_ID,
             name="evaluation",
             image="",
-            # The job's working directory is its own folder: the runner is given by path.
-            command=[sys.executable, str(PROJECT_ROOT / "jobs" / "runner.py")],
+            # The job's working directory is its own folder: the runner is given by path, to
+            # the host's python3 (the job's user may not reach this Python).
+            command=["python3", str(PROJECT_ROOT / "jobs" / "runner.py")],
             env={
                 "AGENTOPS_URL": platform.url,
                 "AGENTOPS_JOB_ID": str(JOB_ID),

@@ -2,6 +2,7 @@
 poller, logs kept in order, GPU samples, cancelling, a lost job, the time limit, and the
 job-scoped token. The backend here is scripted (the real backends have their own tests)."""
 
+import os
 from datetime import timedelta
 from decimal import Decimal
 
@@ -179,7 +180,7 @@ def test_gpu_samples_are_kept(tenant, backend, scripted):
 def test_bad_submissions_are_refused_with_a_reason(tenant, backend, scripted):
     cases = [
         ({"hardware": "tpu"}, "unknown hardware 'tpu'"),
-        ({"hardware": "h200"}, "has no h200"),
+        ({"hardware": "h200"}, "does not offer h200; it offers: cpu-basic, t4, a100"),
         ({"command": []}, "command must be"),
         ({"env": {"1BAD": "x"}}, "not an environment variable name"),
         ({"env": {"AGENTOPS_URL": "x"}}, "set by the platform"),
@@ -235,6 +236,27 @@ def test_the_local_backend_can_be_turned_off_for_the_installation(tenant, backen
         _submit(tenant, backend)
     with organization_scope(tenant.organization), pytest.raises(InvalidRequest, match="turned off"):
         services.backend_create(organization=tenant.organization, actor=tenant.owner, name="other", kind="local")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal is for a worker running as root")
+def test_a_local_job_fails_with_the_reason_when_it_may_not_run(tenant, settings, tmp_path):
+    with organization_scope(tenant.organization):
+        backend = services.backend_create(
+            organization=tenant.organization, actor=None, name="box", kind="local", config={"work_dir": str(tmp_path)}
+        )
+    as_root = _submit(tenant, backend, hardware="cpu-basic", command=["/usr/bin/id"])
+    turned_off = _submit(tenant, backend, hardware="cpu-basic", command=["/usr/bin/id"])
+
+    settings.JOBS_LOCAL_USER = ""  # a worker running as root, with no user for the jobs
+    _poll(tenant, as_root)
+    settings.JOBS_LOCAL_USER, settings.JOBS_LOCAL_BACKEND = "nobody", False  # queued, then turned off
+    _poll(tenant, turned_off)
+
+    assert as_root.status == "failed" and as_root.error.startswith(
+        "the backend refused the job: local jobs never run as root: set JOBS_LOCAL_USER"
+    )
+    assert turned_off.status == "failed" and "the local backend is turned off" in turned_off.error
+    assert as_root.cost is None and turned_off.cost is None and not list(tmp_path.iterdir())
 
 
 def test_a_job_whose_poll_was_lost_is_found_by_the_sweeper(tenant, backend, scripted):
