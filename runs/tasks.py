@@ -40,8 +40,8 @@ def purge_expired_runs() -> int:
 
 @shared_task
 def execute_run(organization_id: int, run_id: int) -> None:
-    """Execute one run the platform starts itself (runs.services.execute)."""
-    from runs.services.execute import run_execute
+    """Execute one run the platform starts itself (runs.execution)."""
+    from runs.execution import run_execute
 
     with organization_scope(organization_id):
         run_execute(run_id=run_id)
@@ -52,7 +52,7 @@ def recover_stalled_runs() -> int:
     """Hand runs whose worker died back to a worker (every minute): they resume, or fail
     once they lost RUN_MAX_ATTEMPTS workers; queued or waiting runs with a cancel pending
     end cancelled."""
-    from runs.services.execute import stalled_run_ids
+    from runs.execution import stalled_run_ids
 
     stalled = stalled_run_ids()
     for organization_id, run_id in stalled:

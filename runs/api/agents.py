@@ -10,9 +10,9 @@ from agentops.api.base import ProjectEndpoint
 from agentops.errors import NotFound
 from runs import selectors
 from runs.api.serializers import RunDetailSerializer
+from runs.execution import run_cancel, run_start
 from runs.models import Agent, AgentVersion, WebhookTool
 from runs.services.agents import agent_create, agent_version_create, webhook_tool_create, webhook_tool_delete
-from runs.services.execute import run_cancel, run_start
 from runs.tools.registry import available_tools
 
 
