@@ -1,4 +1,9 @@
-"""Periodic work of the trace store."""
+"""Celery tasks of runs: periodic work of the trace store, and executing runs.
+
+Tasks are thin: they enter the organization's scope and call one service. Services
+import this module at the top (to enqueue); tasks import services inside their
+functions, so the two never import each other at module load (one rule in every app).
+"""
 
 from datetime import timedelta
 
