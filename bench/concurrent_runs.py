@@ -105,7 +105,7 @@ def wait_for_workers(count: int) -> None:
 
 def start_runs(project, agent, user, runs: int):
     from agentops.scoping import organization_scope
-    from runs.services.execute import run_start
+    from runs.execution import run_start
 
     started = time.perf_counter()
     with organization_scope(project.organization):

@@ -35,9 +35,9 @@ def run(args) -> None:
     from agentops.services.organizations import organization_create, project_create
     from agentops.services.secrets import provider_secret_set
     from agentops.services.users import user_get_or_create_verified
+    from runs.execution import run_execute, run_start
     from runs.models import Run
     from runs.services.agents import agent_create
-    from runs.services.execute import run_execute, run_start
 
     url = serve_tool_calling_mistral(args.steps)
     user, _ = user_get_or_create_verified(email="bench@example.com")

@@ -240,7 +240,7 @@ class IngestSettingsForm(forms.Form):
 
 
 # --- Agents, runs started from a page, webhook tools ----------------------------------------
-# Parsed here, validated by runs.services.agents and runs.services.execute: the bounds
+# Parsed here, validated by runs.services.agents and runs.execution: the bounds
 # below only give the browser its hints (min, max, step), never a second set of rules.
 
 MODEL_HELP = (

@@ -63,7 +63,7 @@ class Run(TenantModel):
     models_used = ArrayField(models.CharField(max_length=200), default=list, blank=True)
     latency_ms = models.BigIntegerField(null=True, blank=True)
     search = SearchVectorField(null=True, editable=False)
-    # Runs the platform executes itself (runs.services.execute): agent runs and replays.
+    # Runs the platform executes itself (runs.execution): agent runs and replays.
     executed = models.BooleanField(default=False, db_default=False, help_text="Run by the platform's executor.")
     # The agent version an executed run used (none for a replay of an ingested run).
     executed_version = models.ForeignKey(

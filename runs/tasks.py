@@ -1,4 +1,9 @@
-"""Periodic work of the trace store."""
+"""Celery tasks of runs: periodic work of the trace store, and executing runs.
+
+Tasks are thin: they enter the organization's scope and call one service. Services
+import this module at the top (to enqueue); tasks import services inside their
+functions, so the two never import each other at module load (one rule in every app).
+"""
 
 from datetime import timedelta
 
@@ -40,8 +45,8 @@ def purge_expired_runs() -> int:
 
 @shared_task
 def execute_run(organization_id: int, run_id: int) -> None:
-    """Execute one run the platform starts itself (runs.services.execute)."""
-    from runs.services.execute import run_execute
+    """Execute one run the platform starts itself (runs.execution)."""
+    from runs.execution import run_execute
 
     with organization_scope(organization_id):
         run_execute(run_id=run_id)
@@ -52,7 +57,7 @@ def recover_stalled_runs() -> int:
     """Hand runs whose worker died back to a worker (every minute): they resume, or fail
     once they lost RUN_MAX_ATTEMPTS workers; queued or waiting runs with a cancel pending
     end cancelled."""
-    from runs.services.execute import stalled_run_ids
+    from runs.execution import stalled_run_ids
 
     stalled = stalled_run_ids()
     for organization_id, run_id in stalled:

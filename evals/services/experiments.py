@@ -39,9 +39,9 @@ from evals import stats
 from evals.models import Dataset, DatasetItem, DatasetVersion, Evaluator, Experiment, ExperimentResult, Score
 from evals.services.evaluators import RESERVED_NAMES
 from evals.services.scoring import Subject, evaluate, passed, spec_of
+from runs.execution import create_executed_run, run_cancel, version_spec
 from runs.models import Agent, AgentVersion, Run
 from runs.services.agents import clean_parameters
-from runs.services.execute import create_executed_run, run_cancel, version_spec
 
 logger = logging.getLogger(__name__)
 
@@ -781,7 +781,7 @@ def experiment_run_here(*, experiment_id: int, max_rounds: int = 100_000) -> Exp
     """Run an executed experiment to its end in this process, as the workers would:
     execute each started run, score its result (which starts the next items). For
     seeding demo data before any worker runs, and for tests."""
-    from runs.services.execute import run_execute
+    from runs.execution import run_execute
 
     experiment_advance(experiment_id=experiment_id)
     for _ in range(max_rounds):

@@ -11,9 +11,9 @@ from agentops.api.serializers import InputSerializer
 from agentops.errors import NotFound
 from runs import selectors
 from runs.api.serializers import RunDetailSerializer
+from runs.execution import run_cancel, run_start
 from runs.models import Agent, AgentVersion, WebhookTool
 from runs.services.agents import agent_create, agent_version_create, webhook_tool_create, webhook_tool_delete
-from runs.services.execute import run_cancel, run_start
 from runs.tools.registry import available_tools
 
 

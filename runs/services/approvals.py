@@ -11,10 +11,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest
-from agentops.scoping import dangerously_unscoped
+from agentops.scoping import dangerously_unscoped, organization_scope
 from agentops.services.audit import audit_record
 from runs.models import Approval, Run
 from runs.services.ingest import RunEvent, ingest
+from runs.tasks import execute_run
 
 
 def approval_request(*, run: Run, call: dict) -> Approval:
@@ -98,8 +99,6 @@ def _resume(run: Run) -> None:
 
 
 def _enqueue(organization_id: int, run_id: int) -> None:
-    from runs.tasks import execute_run
-
     execute_run.delay(organization_id, run_id)
 
 
@@ -111,8 +110,6 @@ def approvals_expire() -> int:
             .filter(status=Approval.Status.PENDING, expires_at__lte=timezone.now())
             .values_list("organization_id", "run_id", "pk")
         )
-    from agentops.scoping import organization_scope
-
     for organization_id, run_id, approval_id in due:
         with organization_scope(organization_id), transaction.atomic():
             Run.objects.select_for_update().filter(pk=run_id).first()  # the run first, as approval_decide

@@ -11,8 +11,11 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from runs.models import Run
+from runs.execution import run_execute, run_start
+from runs.models import Agent, Run
+from runs.services.agents import agent_create
 from runs.services.ingest import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent, ingest
+from runs.services.replay import replay_start
 
 SYSTEM_PROMPT = "You are the support agent of Acme. Use the tools; answer in two sentences."
 
@@ -206,11 +209,6 @@ def demo_agent_seed(*, project, actor=None) -> int:
     """An agent on the offline model (no key needed), one executed run of it and a replay
     of that run, so a new user can read an executed run, compare it with its replay, and
     start more from the agent's page."""
-    from runs.models import Agent
-    from runs.services.agents import agent_create
-    from runs.services.execute import run_execute, run_start
-    from runs.services.replay import replay_start
-
     if Agent.objects.filter(project=project, name=DEMO_AGENT).exists():
         return 0
     agent = agent_create(

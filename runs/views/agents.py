@@ -3,7 +3,7 @@ configuration, its versions compared side by side, an edit that saves a new vers
 starting a run, its recent runs); the project's webhook tools; and cancelling an
 executed run from its page.
 
-Every write goes through one service (``runs.services.agents``, ``runs.services.execute``),
+Every write goes through one service (``runs.services.agents``, ``runs.execution``),
 whose errors are shown on the form or as a message, never as a 500. Agents and tools
 are looked up in the URL's project, so another tenant's id is a 404 like a missing one.
 """
@@ -24,6 +24,7 @@ from agentops import live
 from agentops.errors import ServiceError
 from agentops.pages import Need, ProjectPage
 from runs import selectors
+from runs.execution import run_cancel, run_start
 from runs.forms import (
     MODEL_SUGGESTIONS,
     PARAMETER_LABELS,
@@ -34,7 +35,6 @@ from runs.forms import (
 )
 from runs.models import Agent, AgentVersion, Run, WebhookTool
 from runs.services.agents import agent_create, agent_version_create, webhook_tool_create, webhook_tool_delete
-from runs.services.execute import run_cancel, run_start
 from runs.tools.registry import available_tools
 
 READ = Need("work:read", "see this project's agents")

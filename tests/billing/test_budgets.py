@@ -11,9 +11,9 @@ from agentops.models import AuditEvent
 from agentops.scoping import organization_scope
 from billing.budgets import budget_create, budget_delete, budget_spend, budget_update, check_work_allowed, utc_today
 from billing.models import Budget, UsageDaily
+from runs.execution import run_execute, run_start
 from runs.models import Step
 from runs.services.agents import agent_create
-from runs.services.execute import run_execute, run_start
 from runs.services.replay import replay_start
 from tests.billing.test_ledger import drain, ingest_and_mark, llm_step
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from agentops.scoping import organization_scope
+from runs.execution import run_execute, run_start
 from runs.models import Run
 from runs.services.agents import agent_create
-from runs.services.execute import run_execute, run_start
 from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.browser.test_runs_pages import _console_errors, _sign_in, _wait_live

@@ -15,8 +15,8 @@ from agentops.scoping import organization_scope
 from evals.live import announce_result, announce_started
 from evals.models import ExperimentResult
 from evals.services.experiments import experiment_advance, experiment_start, score_result
+from runs.execution import run_execute
 from runs.services.agents import agent_create
-from runs.services.execute import run_execute
 from tests.evals.helpers import make_dataset, make_evaluator
 
 pytestmark = pytest.mark.django_db(transaction=True)

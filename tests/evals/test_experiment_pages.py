@@ -21,8 +21,8 @@ from billing.models import UsageDaily
 from evals import selectors
 from evals.models import DatasetVersion, Experiment, ExperimentResult
 from evals.services.experiments import experiment_advance, experiment_start, score_result, summarize
+from runs.execution import run_execute
 from runs.services.agents import agent_create
-from runs.services.execute import run_execute
 from tests.evals.helpers import drive, make_dataset, make_evaluator
 
 ORG, PROJECT = "acme", "agent"

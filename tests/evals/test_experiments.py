@@ -19,9 +19,9 @@ from evals.services.experiments import (
     score_result,
     stalled_work,
 )
+from runs.execution import run_execute
 from runs.models import Run
 from runs.services.agents import agent_create
-from runs.services.execute import run_execute
 from tests.evals.helpers import drive, make_dataset, make_evaluator
 
 

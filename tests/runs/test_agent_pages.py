@@ -12,9 +12,9 @@ import pytest
 
 from agentops import crypto
 from agentops.scoping import organization_scope
+from runs.execution import run_start
 from runs.models import Agent, AgentVersion, Run, WebhookTool
 from runs.services.agents import agent_create, webhook_tool_create
-from runs.services.execute import run_start
 from runs.tools.webhook import signature
 from tests.runs.test_pages import T0, store, support_run
 

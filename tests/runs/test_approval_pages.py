@@ -9,8 +9,8 @@ import html
 import pytest
 
 from agentops.scoping import organization_scope
+from runs.execution import run_start
 from runs.models import Agent, Approval, Run
-from runs.services.execute import run_start
 from tests.runs.test_approvals import _waiting_run
 
 BASE = "/o/acme/p/agent/runs"

@@ -5,10 +5,10 @@ from datetime import timedelta
 from django.utils import timezone
 
 from agentops.scoping import organization_scope
+from runs.execution import run_execute, run_start
 from runs.models import Approval, Run, Step, ToolCall
 from runs.services.agents import agent_create
 from runs.services.approvals import approvals_expire
-from runs.services.execute import run_execute, run_start
 
 BASE = "/api/v1/projects/acme/agent"
 
@@ -147,7 +147,7 @@ def _continue_without_tool(tenant, run):
 def test_recovery_ends_a_run_left_queued_or_waiting_with_a_cancel_pending(tenant):
     """Runs an earlier version left behind: cancelled while waiting, then queued again
     by the decision (or still waiting). Recovery ends them at once, asking no model."""
-    from runs.services.execute import stalled_run_ids
+    from runs.execution import stalled_run_ids
 
     queued, approval = _waiting_run(tenant)
     waiting, _ = _waiting_run(tenant, name="calc-2")
@@ -172,16 +172,15 @@ def test_recovery_ends_a_run_left_queued_or_waiting_with_a_cancel_pending(tenant
 def test_a_cancel_that_lands_while_the_run_starts_waiting_ends_it(tenant, monkeypatch):
     """The cancel finds the run still running (only asks it to stop); the worker then
     parks it waiting for approval, sees the cancellation, and ends it."""
-    from runs.services import execute
-    from runs.services.execute import run_cancel
+    from runs.execution import run_cancel, tool_calls
 
-    request_approval = execute.approval_request
+    request_approval = tool_calls.approval_request
 
     def cancelled_meanwhile(*, run, call):
         run_cancel(run=Run.objects.get(pk=run.pk), actor=tenant.member)
         return request_approval(run=run, call=call)
 
-    monkeypatch.setattr(execute, "approval_request", cancelled_meanwhile)
+    monkeypatch.setattr(tool_calls, "approval_request", cancelled_meanwhile)
     with organization_scope(tenant.organization):
         agent = agent_create(
             project=tenant.project,

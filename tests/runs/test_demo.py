@@ -30,7 +30,7 @@ def test_each_sample_run_can_be_replayed_from_its_page_without_a_mistral_key(ten
     """A newcomer's first replay: the sample runs offer the replay form, starting on the
     offline model (no key yet), and the replay succeeds with its tool calls served from
     the recording."""
-    from runs.services.execute import run_execute
+    from runs.execution import run_execute
 
     call_command("seed_demo_runs", "acme/agent")
     member = client_for(tenant.member)

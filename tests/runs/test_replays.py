@@ -9,9 +9,9 @@ import pytest
 from django.utils import timezone
 
 from agentops.scoping import organization_scope
+from runs.execution import run_execute, run_start
 from runs.models import Run, Step, ToolCall
 from runs.services.agents import agent_create
-from runs.services.execute import run_execute, run_start
 from runs.services.ingest import RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.services.replay import replay_groups, replay_start
 from runs.tools.builtins import BUILTIN_TOOLS

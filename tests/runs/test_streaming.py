@@ -15,9 +15,9 @@ from agentops.llm.mistral import MistralProvider
 from agentops.llm.offline import OfflineProvider
 from agentops.routing import websocket_urlpatterns
 from agentops.scoping import organization_scope
+from runs.execution import run_execute, run_start
 from runs.models import Run, Step
 from runs.services.agents import agent_create
-from runs.services.execute import run_execute, run_start
 from tests.fake_mistral import completion
 
 ANSWER = "The answer is <b>42</b> & that is final, said the model in many small pieces."

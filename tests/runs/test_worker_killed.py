@@ -12,9 +12,9 @@ import pytest
 from django.utils import timezone
 
 from agentops.scoping import organization_scope
+from runs.execution import run_cancel, run_execute, run_start, stalled_run_ids
 from runs.models import Message, Run, Step
 from runs.services.agents import agent_create
-from runs.services.execute import run_cancel, run_execute, run_start, stalled_run_ids
 from runs.tasks import recover_stalled_runs
 from tests.fake_mistral import completion
 from tests.worker_process import kill, worker_process

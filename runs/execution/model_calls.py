@@ -1,0 +1,172 @@
+"""One model call of an executed run: asked for streamed, its text sent to the run's page
+as it is written (``runs.live.TextStream``), the worker beating its heartbeat and reading
+a cancellation meanwhile; then what is stored of it: the ``llm`` step and the assistant's
+message with the state after it, or, when the call failed or the run was cancelled while
+the model wrote, the failed step with the run's end."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agentops.llm.base import CallAbandoned, ProviderError
+from runs.execution.claims import save_state
+from runs.execution.starting import Spec
+from runs.execution.writes import ROOT_SPAN, finish_run, llm_step, write
+from runs.live import TextStream
+from runs.models import Run
+from runs.services.ingest import MessageEvent
+
+# While a model streams a long answer, the worker beats at most this often, and reads a
+# cancellation at most this often.
+BEAT_EVERY_SECONDS = 15
+CANCEL_CHECK_SECONDS = 1
+
+
+def ask_model(
+    run: Run,
+    state: dict,
+    *,
+    step: int,
+    spec: Spec,
+    provider,
+    definitions: list[dict],
+    parameters: dict,
+    started: datetime,
+):
+    """Ask the model for step ``step`` of the conversation, streaming its text to the
+    run's page. Returns its answer, or None when the run ended instead: the call failed
+    (the run failed) or the run was cancelled while the model wrote (the run was
+    cancelled), the failed ``llm`` step and the run's end stored together."""
+    stream = TextStream(run=run, step=step, model=spec.model)
+    try:
+        result = provider.chat(
+            model=spec.model,
+            messages=state["conversation"],
+            tools=definitions,
+            parameters=parameters,
+            timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
+            on_text=_beating(run, stream.write),
+        )
+    except CallAbandoned:  # cancelled while the model was writing its answer
+        stream.close()
+        with transaction.atomic():
+            write(
+                run,
+                steps=[
+                    llm_step(
+                        run,
+                        f"llm-{step}",
+                        f"chat {spec.model}",
+                        ROOT_SPAN,
+                        provider,
+                        spec,
+                        started,
+                        input={"messages": state["conversation"]},
+                        error="cancelled while the model was answering",
+                    )
+                ],
+            )
+            finish_run(run, status=Run.Status.CANCELLED, error="cancelled")
+        return None
+    except ProviderError as exc:
+        stream.close()
+        with transaction.atomic():  # the failed call and the run's end, together
+            write(
+                run,
+                steps=[
+                    llm_step(
+                        run,
+                        f"llm-{step}",
+                        f"chat {spec.model}",
+                        ROOT_SPAN,
+                        provider,
+                        spec,
+                        started,
+                        input={"messages": state["conversation"]},
+                        error=str(exc),
+                    )
+                ],
+            )
+            finish_run(run, status=Run.Status.FAILED, error=f"step {step}: {exc}")
+        return None
+    stream.close()
+    return result
+
+
+def _beating(run: Run, write_piece):
+    """``write_piece`` (a piece of the streamed answer), also beating the run's heartbeat now
+    and then (a model writing for minutes must not make its worker look dead) and reading
+    a cancellation: a cancelled run stops reading the answer (CallAbandoned)."""
+    last_beat = last_check = time.monotonic()
+
+    def on_text(piece: str) -> None:
+        nonlocal last_beat, last_check
+        write_piece(piece)
+        now = time.monotonic()
+        if now - last_beat >= BEAT_EVERY_SECONDS:
+            last_beat = now
+            Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+        if now - last_check >= CANCEL_CHECK_SECONDS:
+            last_check = now
+            if Run.objects.filter(pk=run.pk, cancel_requested=True).exists():
+                raise CallAbandoned(f"run {run.pk} was cancelled")
+
+    return on_text
+
+
+def store_answer(run, state, step, spec, provider, started, parameters, result, position) -> None:
+    """Store a model call (its llm step and the assistant's message) and the state after it."""
+    write(
+        run,
+        steps=[
+            llm_step(
+                run,
+                f"llm-{step}",
+                f"chat {spec.model}",
+                ROOT_SPAN,
+                provider,
+                spec,
+                started,
+                input={"messages": state["conversation"], "parameters": parameters},
+                result=result,
+            )
+        ],
+        messages=[
+            MessageEvent(
+                trace_id=run.trace_id,
+                message_id=f"m{position}",
+                position=position,
+                role="assistant",
+                content=result.content,
+                tool_calls=result.tool_calls,
+                finish_reason=result.finish_reason,
+                span_id=f"llm-{step}",
+                tokens=result.output_tokens,
+            )
+        ],
+    )
+    state["conversation"].append(_assistant_message(result.content, result.tool_calls))
+    state["position"] = position + 1
+    state["pending"] = [{**call, "index": index} for index, call in enumerate(result.tool_calls)]
+    save_state(run, state)
+
+
+def _assistant_message(content: str, tool_calls: list[dict]) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    if tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
+            }
+            for call in tool_calls
+        ]
+    return message
