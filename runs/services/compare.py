@@ -53,9 +53,9 @@ from django.db.models import Case, F, Q, When
 from django.db.models.fields.json import KeyTransform
 
 from agentops.errors import NotFound
+from runs.execution import version_spec
 from runs.fields import PayloadJSONField
 from runs.models import MemorySnapshot, Run, Step, ToolCall
-from runs.execution import version_spec
 from runs.services.replay import chat_messages, tool_definitions
 
 # The pages' payload helpers (JSON diff, previews, tool-call shapes) are pure functions;

@@ -722,8 +722,8 @@ def test_the_runs_list_links_to_the_compare_page(client, tenant, two_runs):
 def replayed(tenant):
     """An executed run of an offline agent, and a replay of it with another temperature,
     seed, system prompt and tool set, its tool calls served from the recording."""
-    from runs.services.agents import agent_create
     from runs.execution import run_execute, run_start
+    from runs.services.agents import agent_create
     from runs.services.replay import replay_start
 
     with organization_scope(tenant.organization):
