@@ -11,8 +11,8 @@ from rest_framework.response import Response
 from agentops.api.base import ProjectEndpoint
 from agentops.api.serializers import InputSerializer
 from evals.models import Evaluator
+from evals.scoring import Subject, evaluate, passed, spec_of
 from evals.services.evaluators import evaluator_archive, evaluator_create, evaluator_update
-from evals.services.scoring import Subject, evaluate, passed, spec_of
 
 
 class EvaluatorSerializer(serializers.ModelSerializer):

@@ -26,8 +26,8 @@ from django.utils import timezone
 from agentops.errors import Conflict, Forbidden, InvalidRequest, ServiceError
 from agentops.models import ApiKey
 from agentops.services.audit import audit_record
+from evals import scoring
 from evals.models import AnnotationQueue, Evaluator, QueueEntry, Score
-from evals.services import scoring
 from runs.models import Run
 
 # How long a run handed to a reviewer stays theirs before another reviewer may get it.

@@ -1,5 +1,5 @@
 """Evaluators: create, edit and archive them. Configurations are checked by
-``evals.services.scoring.validate_config``; a webhook evaluator gets a signing secret,
+``evals.scoring.validate_config``; a webhook evaluator gets a signing secret,
 encrypted at rest and shown once."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from agentops.errors import Conflict, InvalidRequest
 from agentops.models import ApiKey
 from agentops.services.audit import audit_record
 from evals.models import Evaluator, OnlineRule
-from evals.services.scoring import new_webhook_secret, validate_config
+from evals.scoring import get_kind, new_webhook_secret, validate_config
 
 # A metric name is read back in gate conditions ("correctness.pass_rate") and CSV
 # headers: no dots, spaces or commas, and none of the experiment-wide metrics' names.
@@ -84,7 +84,7 @@ def evaluator_create(
         raise InvalidRequest(f"unknown evaluator kind {kind!r}; use one of {', '.join(Evaluator.Kind.values)}")
     cleaned = validate_config(kind, config or {})
     threshold = _clean_threshold(pass_threshold)
-    if kind == Evaluator.Kind.WEBHOOK:
+    if get_kind(kind).signing_secret:
         secret = _clean_secret(secret) if secret else new_webhook_secret()
     elif secret:
         raise InvalidRequest("only webhook evaluators have a signing secret")
@@ -146,7 +146,7 @@ def evaluator_update(
     if pass_threshold is not None:
         changes["pass_threshold"] = _clean_threshold(pass_threshold)
     if secret:
-        if evaluator.kind != Evaluator.Kind.WEBHOOK:
+        if not get_kind(evaluator.kind).signing_secret:
             raise InvalidRequest("only webhook evaluators have a signing secret")
         changes["secret_ciphertext"] = crypto.encrypt(_clean_secret(secret))
     if archived is not None:
@@ -154,7 +154,7 @@ def evaluator_update(
     try:
         with transaction.atomic():
             locked = Evaluator.objects.select_for_update().get(pk=evaluator.pk)
-            if locked.kind == Evaluator.Kind.WEBHOOK and "config" in changes:
+            if get_kind(locked.kind).signing_secret and "config" in changes:
                 check_credential_destination(
                     before=Destination(addresses={"url": locked.config.get("url")}),
                     after=Destination(addresses={"url": changes["config"].get("url")}),

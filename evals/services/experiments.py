@@ -37,8 +37,8 @@ from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
 from evals import stats
 from evals.models import Dataset, DatasetItem, DatasetVersion, Evaluator, Experiment, ExperimentResult, Score
+from evals.scoring import Subject, evaluate, passed, spec_of
 from evals.services.evaluators import RESERVED_NAMES
-from evals.services.scoring import Subject, evaluate, passed, spec_of
 from runs.execution import create_executed_run, run_cancel, version_spec
 from runs.models import Agent, AgentVersion, Run
 from runs.services.agents import clean_parameters

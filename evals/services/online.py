@@ -31,8 +31,8 @@ from agentops.errors import InvalidRequest, NotFound
 from agentops.models import ApiKey
 from agentops.scoping import dangerously_unscoped, organization_scope
 from agentops.services.audit import audit_record
+from evals import scoring
 from evals.models import Evaluator, ExperimentResult, OnlineRule, Score
-from evals.services import scoring
 from runs.models import Run
 
 logger = logging.getLogger(__name__)

@@ -23,27 +23,10 @@ from agentops.errors import ServiceError
 from agentops.forms import json_object
 from agentops.pages import Need, ProjectPage
 from evals.models import Evaluator
+from evals.scoring import Subject, evaluate, get_kind, kinds, passed, spec_of
 from evals.services.evaluators import evaluator_archive, evaluator_create, evaluator_update
-from evals.services.scoring import EXAMPLES, Subject, evaluate, passed, spec_of
 
 READ = Need("work:read", "see this project's evaluators")
-
-# One line per kind, under the kind picker and in the list.
-KIND_HELP = {
-    "exact_match": "The output (or one field of it) equals the item's expected output.",
-    "contains": "The output contains every given text (by default the expected output).",
-    "regex": "The output matches a regular expression.",
-    "json_valid": "The output is valid JSON.",
-    "json_schema": "The output is JSON that follows a JSON schema.",
-    "json_field": "One field of the JSON output equals a value (by default the same field of the expected output).",
-    "numeric": "The output (or a field) is a number within a tolerance of the expected one.",
-    "cost_limit": "The run cost at most a number of dollars.",
-    "latency_limit": "The run took at most a number of milliseconds.",
-    "trajectory": "How the agent got there: a tool called (with arguments), a step budget, forbidden tools, an order.",
-    "llm_judge": "A model grades the output and the whole trajectory against your rubric, from 0 to 1.",
-    "webhook": 'Your service scores it: a signed POST that answers {"score": 0..1, "reasoning": "..."}.',
-    "human": "People score runs in annotation queues, on a 0-1, pass/fail or 1-5 scale.",
-}
 
 
 def _pretty(value: Any) -> str:
@@ -146,7 +129,7 @@ class EvaluatorsPage(ProjectPage):
     permissions = {"GET": READ, "POST": Need("work:write", "create evaluators")}
 
     def get(self, request, org_slug, project_slug):
-        return self._render(EvaluatorForm(initial={"config": _pretty(EXAMPLES["exact_match"])}))
+        return self._render(EvaluatorForm(initial={"config": _pretty(get_kind(Evaluator.Kind.EXACT_MATCH).example)}))
 
     def post(self, request, org_slug, project_slug):
         form = EvaluatorForm(request.POST)
@@ -191,8 +174,9 @@ class EvaluatorsPage(ProjectPage):
                 "form": form,
                 "created": created,
                 "secret": secret,
-                "examples": {kind: _pretty(example) for kind, example in EXAMPLES.items()},
-                "kind_help": KIND_HELP,
+                # Each kind's example and line of help, under the kind picker and in the list.
+                "examples": {kind.name: _pretty(kind.example) for kind in kinds()},
+                "kind_help": {kind.name: kind.help for kind in kinds()},
             },
             status=status,
         )
@@ -220,7 +204,7 @@ class EvaluatorDetailPage(ProjectPage):
             {
                 "evaluator": evaluator,
                 "config_json": _pretty(evaluator.config),
-                "kind_help": KIND_HELP.get(evaluator.kind, ""),
+                "kind": get_kind(evaluator.kind),
                 "edit_form": edit_form or EvaluatorEditForm(initial=EvaluatorEditForm.initial_from(evaluator)),
                 "try_form": try_form or EvaluatorTryForm(),
                 "outcome": outcome,

@@ -7,8 +7,8 @@ from django.test import Client
 
 from agentops.jsonsafe import storable
 from agentops.scoping import organization_scope
+from evals import scoring
 from evals.models import Dataset, Experiment, ExperimentResult
-from evals.services import scoring
 from evals.services.experiments import experiment_start, score_result, summarize
 from runs.services.agents import agent_create
 from tests.evals.helpers import drive, make_dataset, make_evaluator
@@ -111,7 +111,7 @@ def test_a_judge_answer_the_database_cannot_store_does_not_stall_the_item(ready,
     def answer_with_nul(spec, config, subject, organization):
         return scoring.Outcome(value=1.0, reasoning="fine\u0000print", details={"ratio": float("nan")})
 
-    monkeypatch.setitem(scoring.SCORERS, "contains", answer_with_nul)
+    monkeypatch.setattr(scoring.get_kind("contains"), "score", answer_with_nul)
     with organization_scope(ready.organization):
         experiment = drive(
             experiment_start(

@@ -10,7 +10,9 @@ from decimal import Decimal
 import pytest
 
 from agentops.scoping import organization_scope
-from evals.services.scoring import StepView, Subject, ToolCallView, evaluate, render_trajectory, validate_config
+from evals.scoring.judge import render_trajectory
+from evals.scoring.registry import evaluate, validate_config
+from evals.scoring.subject import StepView, Subject, ToolCallView
 from tests.fake_mistral import completion
 
 

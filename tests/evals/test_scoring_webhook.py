@@ -14,9 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from agentops.errors import InvalidRequest
 from agentops.scoping import organization_scope
+from evals.scoring.registry import evaluate, spec_of, validate_config
+from evals.scoring.subject import StepView, Subject, ToolCallView
 from evals.services.evaluators import evaluator_create
-from evals.services.scoring import StepView, Subject, ToolCallView, evaluate, spec_of
 
 
 class _Scorer(BaseHTTPRequestHandler):
@@ -185,3 +187,9 @@ def test_an_unsaved_webhook_spec_has_no_secret_to_sign_with(tenant, scorer_url):
     with organization_scope(tenant.organization):
         outcome = evaluate(spec, subject(), organization=tenant.organization)
     assert outcome.value is None and "no signing secret" in outcome.error and _Scorer.received == []
+
+
+def test_webhook_url_is_checked_against_private_addresses(settings):
+    settings.ALLOW_PRIVATE_PROVIDER_URLS = False
+    with pytest.raises(InvalidRequest, match="private or reserved"):
+        validate_config("webhook", {"url": "http://169.254.169.254/latest/meta-data"})
