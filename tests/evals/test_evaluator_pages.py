@@ -63,6 +63,18 @@ def test_the_create_form_offers_every_kind_with_an_example(signed_in, tenant):
     assert "No evaluators yet" in page
 
 
+def test_each_evaluators_page_says_what_its_kind_checks_and_what_trying_it_calls(signed_in, tenant):
+    client = signed_in(tenant.member)
+    judge = make_evaluator(tenant.project, "tone", "llm_judge", {"rubric": "Be polite."})
+    rule = make_evaluator(tenant.project, "correctness", "exact_match", {"strip": True})
+    judge_page, rule_page = text(client.get(f"{BASE}/{judge.pk}/")), text(client.get(f"{BASE}/{rule.pk}/"))
+    assert "A model grades the output and the whole trajectory against your rubric" in judge_page
+    assert "Nothing is stored; the judge model is really called (and billed)." in judge_page
+    assert "The output (or one field of it) equals the item&#x27;s expected output." in rule_page
+    assert "Nothing is stored." in rule_page and "Signing secret" not in rule_page
+    assert 'id="webhook-signature"' not in rule_page
+
+
 def test_viewer_cannot_create_edit_archive_or_try(signed_in, tenant):
     evaluator = make_evaluator(tenant.project, "correctness", "exact_match")
     client = signed_in(tenant.viewer)

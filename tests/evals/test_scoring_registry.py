@@ -3,10 +3,14 @@ of every kind, specs and thresholds."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from agentops.errors import InvalidRequest
-from evals.scoring import kinds, passed, spec_of, validate_config
+from evals.models import Evaluator
+from evals.scoring import EvaluatorKind, get_kind, kinds, passed, spec_of, validate_config
+from evals.scoring.registry import register
 from tests.evals.helpers import make_evaluator
 
 # --- Configuration checks ------------------------------------------------------------------------
@@ -73,3 +77,26 @@ def test_passing_is_at_or_above_the_threshold(tenant):
         "threshold": 0.8,
     }
     assert passed(spec, 0.8) is True and passed(spec, 0.79) is False and passed(spec, None) is None
+
+
+# --- One object per kind ---------------------------------------------------------------------------
+
+
+def test_every_kind_of_the_model_has_one_registered_object_whose_example_passes_its_cleaning():
+    registered = Counter(kind.name for kind in kinds())
+    assert registered == Counter(Evaluator.Kind.values)
+    for name in Evaluator.Kind.values:
+        kind = get_kind(name)
+        assert kind.help, f"{name} has no help for the pages"
+        assert set(kind.example) <= set(kind.settings), f"{name}'s example uses a setting it does not take"
+        cleaned = validate_config(name, kind.example)
+        assert validate_config(name, cleaned) == cleaned, f"{name}'s cleaned example does not clean to itself"
+
+
+def test_a_kind_cannot_be_registered_twice():
+    class Again(EvaluatorKind):
+        name = "regex"
+
+    with pytest.raises(ValueError, match="registered twice"):
+        register(Again)
+    assert type(get_kind("regex")).__name__ == "Regex"
