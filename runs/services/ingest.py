@@ -93,7 +93,6 @@ STEP_FIELDS = (
 )
 # Run fields its search text is made of.
 SEARCHED_RUN_FIELDS = ("name", "input", "output")
-TERMINAL_STATUSES = {Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED}
 
 
 @dataclass
@@ -790,8 +789,9 @@ def _link_parent_runs(project, runs: list[Run], waiting_children: list[int]) -> 
 # and LEAST and GREATEST skip NULLs). A status the client stated and that is not final
 # keeps the run's end as stated.
 _RUN_STARTED = "LEAST(run.started_at, totals.first_start)"
+_ENDED_SQL = ", ".join(f"'{status}'" for status in sorted(Run.ENDED))
 _RUN_ENDED = (
-    "CASE WHEN run.status_explicit AND run.status NOT IN ('succeeded', 'failed', 'cancelled') "
+    f"CASE WHEN run.status_explicit AND run.status NOT IN ({_ENDED_SQL}) "
     "THEN run.ended_at ELSE GREATEST(run.ended_at, totals.last_end) END"
 )
 
