@@ -30,7 +30,7 @@ import regex
 import requests
 
 from agentops.errors import InvalidRequest
-from agentops.jsonsafe import finite_number, storable, storage_problem
+from agentops.jsonsafe import finite_number, storable_lossy, storage_problem
 from agentops.netguard import UnsafeUrlError, check_outbound_url
 
 logger = logging.getLogger(__name__)
@@ -262,9 +262,9 @@ def evaluate(spec: dict, subject: Subject, *, organization) -> Outcome:
     # A judge's or a webhook's answer is stored as given: nothing in it may be unstorable.
     return Outcome(
         value=outcome.value,
-        reasoning=storable(outcome.reasoning or ""),
-        details=storable(outcome.details or {}),
-        error=storable(outcome.error or ""),
+        reasoning=storable_lossy(outcome.reasoning or ""),
+        details=storable_lossy(outcome.details or {}),
+        error=storable_lossy(outcome.error or ""),
     )
 
 
