@@ -4,6 +4,11 @@ carries (the API's bodies, the pages' JSON textareas, uploaded files) is parsed 
 ``storage_problem``, so a bad value is a clear 400 rather than a database error or a
 RecursionError (a 500).
 
+What must be stored rather than refused (telemetry, what the platform produced itself)
+goes through one cleaner with two variants, chosen by name: ``storable_lossy`` (NaN
+and Infinity become null) and ``storable_lossless`` (kept as text). ``json_from_text``
+reads the JSON a text holds (tool arguments, telemetry attributes).
+
 The checks walk values with an explicit stack, never by recursion: a document nested
 10,000 levels deep costs no Python stack, and is refused for its depth.
 """
@@ -13,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 # numeric(18, 9): money columns hold less than a billion.
@@ -226,24 +231,96 @@ def finite_number(value: int | float) -> bool:
 
 TRUNCATED = f"[nested deeper than {MAX_DEPTH} levels: not kept]"
 
+# What ``storable_lossless`` tells its ``note`` it changed (the OTLP mapping reports these
+# in partial_success).
+NUL_REMOVED = "NUL characters removed"
+SURROGATES_REPLACED = "unpaired surrogates replaced by ?"
+NOT_FINITE_AS_TEXT = "NaN or Infinity kept as text"
+NESTING_CUT = f"values nested deeper than {MAX_DEPTH} levels replaced by a note"
 
-def storable(value: Any) -> Any:
-    """``value`` made storable: NUL characters removed from texts, NaN and infinities
-    replaced by None, what is nested deeper than MAX_DEPTH replaced by a note (for
-    values the platform produced, such as an evaluator's answer, never for input a
-    client sent: that is refused)."""
-    return _storable(value, 1)
+
+def _ignore(what: str) -> None:
+    pass
 
 
-def _storable(value: Any, depth: int) -> Any:
+def storable_lossy(value: Any) -> Any:
+    """``value`` made storable, for values the platform produced (an evaluator's answer,
+    a job's message), never for input a client sent (that is refused): NaN and
+    infinities become None (lost), NUL characters are removed from texts, unpaired
+    surrogates become ?, what is nested deeper than MAX_DEPTH is replaced by a note; a
+    value that is not JSON (a Decimal, say) is left as it is."""
+    return _storable(value, 1, False, _ignore)
+
+
+def storable_lossless(value: Any, *, note: Callable[[str], None] = _ignore) -> Any:
+    """``value`` made storable, for telemetry a client sent that is cleaned rather than
+    refused (the OTLP mapping, what ingestion is handed): as ``storable_lossy``, except
+    that no number is lost: NaN and infinities are kept as the texts "NaN", "Infinity"
+    and "-Infinity", and a value that is not JSON becomes its text. ``note`` is told
+    each kind of change made (``NUL_REMOVED``, ``SURROGATES_REPLACED``,
+    ``NOT_FINITE_AS_TEXT``, ``NESTING_CUT``)."""
+    return _storable(value, 1, True, note)
+
+
+def storable_text(text: str, *, note: Callable[[str], None] = _ignore) -> str:
+    """``text`` as PostgreSQL stores it: without NUL characters and unpaired surrogates
+    (which JSON escapes such as ``\\ud800`` can produce), the same in both variants."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+        note(NUL_REMOVED)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "replace").decode("utf-8")
+            note(SURROGATES_REPLACED)
+    return text
+
+
+def _storable(value: Any, depth: int, lossless: bool, note: Callable[[str], None]) -> Any:
+    if value is None or isinstance(value, bool | int):
+        return value
     if isinstance(value, str):
-        return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+        return storable_text(value, note=note)
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict | list | tuple) and depth > MAX_DEPTH:
+        if math.isfinite(value):
+            return value
+        if not lossless:
+            return None
+        note(NOT_FINITE_AS_TEXT)
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if depth > MAX_DEPTH and (lossless or isinstance(value, dict | list | tuple)):
+        note(NESTING_CUT)
         return TRUNCATED
     if isinstance(value, dict):
-        return {_storable(str(key), depth): _storable(item, depth + 1) for key, item in value.items()}
+        return {
+            storable_text(str(key), note=note): _storable(item, depth + 1, lossless, note)
+            for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
-        return [_storable(item, depth + 1) for item in value]
-    return value
+        return [_storable(item, depth + 1, lossless, note) for item in value]
+    return storable_text(str(value), note=note) if lossless else value
+
+
+# A JSON text this long or longer stays text on a page and in a comparison (ingestion
+# parses any length).
+SHOWN_JSON_CHARS = 2_000_000
+
+
+def json_from_text(value: Any, *, any_json: bool = False, max_chars: int | None = None) -> Any:
+    """The JSON a text holds (tool arguments and telemetry attributes often are JSON
+    sent as text), parsed as it is (not cleaned: ``storable_lossless`` is the caller's
+    choice); anything else, or a text that is not JSON, as it is. Only an object or an
+    array is parsed unless ``any_json`` (so a plain text "42" or "true" stays text); a
+    text of ``max_chars`` characters or more is left as text."""
+    if not isinstance(value, str):
+        return value
+    stripped = value.strip()
+    if not stripped or (not any_json and stripped[0] not in "[{"):
+        return value
+    if max_chars is not None and len(stripped) >= max_chars:
+        return value
+    try:
+        return json.loads(stripped)
+    except (ValueError, RecursionError):
+        return value

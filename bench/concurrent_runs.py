@@ -120,7 +120,7 @@ def check(project, run_ids, started, args) -> None:
     with organization_scope(project.organization):
         while True:
             statuses = list(Run.objects.filter(pk__in=run_ids).values_list("status", flat=True))
-            if all(status in ("succeeded", "failed", "cancelled") for status in statuses):
+            if all(status in Run.ENDED for status in statuses):
                 break
             time.sleep(0.2)
         wall = time.perf_counter() - started

@@ -29,8 +29,9 @@ GPU = catalog.Price.Kind.GPU
 
 
 @dataclass(frozen=True)
-class Price:
-    """One published price version, as the cost functions read it."""
+class PublishedPrice:
+    """One published version of a catalog row (``billing.models.Price``), as the cost
+    functions read it: a frozen copy this process caches for a minute."""
 
     id: int
     pattern: str
@@ -55,8 +56,8 @@ class Cost:
     price_id: int | None
 
 
-def _version(row: catalog.Price) -> Price:
-    return Price(
+def _version(row: catalog.Price) -> PublishedPrice:
+    return PublishedPrice(
         id=row.pk,
         pattern=row.pattern,
         match=row.match,
@@ -75,12 +76,12 @@ def _version(row: catalog.Price) -> Price:
     )
 
 
-def _prices(kind: str, organization_id: int | None) -> list[Price]:
+def _prices(kind: str, organization_id: int | None) -> list[PublishedPrice]:
     """The published versions of ``kind`` owned by ``organization_id`` (None: public).
     Drafts are never loaded: they only serve recompute previews."""
     with _cache_lock:
         if _cache["prices"] is None or time.monotonic() - _cache["loaded_at"] > _CACHE_SECONDS:
-            grouped: dict[tuple[str, int | None], list[Price]] = defaultdict(list)
+            grouped: dict[tuple[str, int | None], list[PublishedPrice]] = defaultdict(list)
             for row in catalog.Price.objects.filter(status=catalog.Price.Status.PUBLISHED):
                 grouped[(row.kind, row.organization_id)].append(_version(row))
             _cache["prices"] = dict(grouped)
@@ -94,7 +95,7 @@ def prices_changed() -> None:
         _cache["prices"] = None
 
 
-def _matching(kind: str, owner: int | None, name: str) -> list[Price]:
+def _matching(kind: str, owner: int | None, name: str) -> list[PublishedPrice]:
     """The versions of ``kind`` owned by ``owner`` whose pattern matches ``name``, kept
     with the catalog's copy (a batch prices the same few models hundreds of times)."""
     prices = _prices(kind, owner)
@@ -112,7 +113,7 @@ def _matching(kind: str, owner: int | None, name: str) -> list[Price]:
         return memo[key]
 
 
-def _matches(price: Price, name: str) -> bool:
+def _matches(price: PublishedPrice, name: str) -> bool:
     """Whether ``price`` applies to ``name`` (lowercased): names and prefixes entered
     with capitals in the admin match too."""
     if price.match == catalog.Price.Match.EXACT:
@@ -128,7 +129,7 @@ def _matches(price: Price, name: str) -> bool:
 _MATCH_RANK = {catalog.Price.Match.EXACT: 2, catalog.Price.Match.PREFIX: 1, catalog.Price.Match.REGEX: 0}
 
 
-def _best(matching: list[Price], at: datetime) -> Price | None:
+def _best(matching: list[PublishedPrice], at: datetime) -> PublishedPrice | None:
     """The version in effect at ``at`` among ``matching``: exact names first, then the
     highest priority, then the longest pattern, then the newest effective date."""
     in_effect = [p for p in matching if p.effective_from <= at]
@@ -137,7 +138,7 @@ def _best(matching: list[Price], at: datetime) -> Price | None:
     return max(in_effect, key=lambda p: (_MATCH_RANK[p.match], p.priority, len(p.pattern), p.effective_from))
 
 
-def _earliest(matching: list[Price]) -> Price | None:
+def _earliest(matching: list[PublishedPrice]) -> PublishedPrice | None:
     if not matching:
         return None
     first = min(p.effective_from for p in matching)
@@ -149,7 +150,7 @@ def _earliest(matching: list[Price]) -> Price | None:
 
 def _lookup(
     *, kind: str, name: str, at: datetime | None, organization_id: int | None, providers: tuple[str, ...] | None = None
-) -> Price | None:
+) -> PublishedPrice | None:
     """The price of ``name`` at ``at``: the organization's negotiated prices in effect
     win over every public one, whatever their match or priority. ``providers`` (GPU
     backends) restricts the rows, the first provider with a match winning."""
@@ -158,7 +159,7 @@ def _lookup(
     at = at or timezone.now()
     name = name.strip().lower()
 
-    def groups(owner: int | None) -> list[list[Price]]:
+    def groups(owner: int | None) -> list[list[PublishedPrice]]:
         rows = _matching(kind, owner, name)
         if providers is None:
             return [rows]
@@ -178,14 +179,14 @@ def _lookup(
     return None
 
 
-def price_for(*, model: str, at: datetime | None = None, organization_id: int | None = None) -> Price | None:
+def price_for(*, model: str, at: datetime | None = None, organization_id: int | None = None) -> PublishedPrice | None:
     """The LLM price in effect for ``model`` at ``at`` (now by default), the
     organization's negotiated price first."""
     return _lookup(kind=LLM, name=model, at=at, organization_id=organization_id)
 
 
 def tokens_cost(*, price, input_tokens: int, cached_input_tokens: int, output_tokens: int) -> Decimal:
-    """The cost of a model call at ``price`` (a ``Price`` above or a catalog row, a draft
+    """The cost of a model call at ``price`` (a ``PublishedPrice`` or a catalog row, a draft
     too: recompute previews use it). Cached input tokens are part of ``input_tokens``
     (as OpenTelemetry reports them) and cost the cached rate when there is one."""
     input_rate = price.input_per_million or Decimal(0)
@@ -243,7 +244,7 @@ def tool_cost(
 
 def gpu_hourly_rate(
     *, hardware: str, backend: str = "", at: datetime | None = None, organization_id: int | None = None
-) -> Price | None:
+) -> PublishedPrice | None:
     """The hourly price of ``hardware`` (``a100``, ``h100``...) on ``backend`` at ``at``:
     a price for that backend (its ``provider``) first, then one for any backend
     (``provider`` empty); None when the hardware has no price."""

@@ -40,7 +40,7 @@ def hardware_get(name: str) -> Hardware | None:
 
 
 def hourly_rate(*, hardware: str, backend_kind: str, organization_id: int, at: datetime | None = None):
-    """The price row (billing.services.Price) of an hour of ``hardware`` on a backend of
+    """The price row (billing.services.PublishedPrice) of an hour of ``hardware`` on a backend of
     ``backend_kind``, or None when the catalog has no price for it."""
     # Imported here: the catalog itself is read without Django (the local backend's
     # supervisor and hardware detection).

@@ -33,7 +33,7 @@ from django.utils import timezone
 from agentops import crypto
 from agentops.destinations import check_credential_destination
 from agentops.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from agentops.jsonsafe import storable, storage_problem
+from agentops.jsonsafe import storable_lossy, storage_problem
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
 from jobs import hardware as catalog
@@ -550,7 +550,7 @@ def _transition(job: Job, status: str, message: str = "", *, at: datetime | None
         project_id=job.project_id,
         job=job,
         status=status,
-        message=storable(message[:2000]),
+        message=storable_lossy(message[:2000]),
         at=at or timezone.now(),
     )
     transaction.on_commit(lambda: _announce(job.pk))
@@ -706,7 +706,7 @@ def _collect_logs(job: Job, backend) -> bool:
                 project_id=job.project_id,
                 job=job,
                 number=first + index,
-                text=storable(line[:MAX_LINE_CHARS]),
+                text=storable_lossy(line[:MAX_LINE_CHARS]),
                 at=now,
             )
             for index, line in enumerate(chunk.lines)
@@ -745,7 +745,7 @@ def _end(job: Job, status: str, message: str, *, ended_at: datetime | None = Non
     if job.started_at is not None and job.ended_at < job.started_at:
         job.ended_at = job.started_at
     if status != Job.Status.SUCCEEDED and not job.error:
-        job.error = storable(message[:5000])
+        job.error = storable_lossy(message[:5000])
     job.token_expires_at = job.ended_at if job.token_hash else job.token_expires_at
     job.next_poll_at = None
     _transition(job, status, message)

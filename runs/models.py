@@ -28,6 +28,13 @@ class Run(TenantModel):
         FAILED = "failed"
         CANCELLED = "cancelled"
 
+    # A run has ended: nothing more happens to it (the SQL that recomputes a run's totals
+    # spells these out from here too).
+    ENDED = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
+    # A run ran to its own end, well or badly: what online evaluation scores. A cancelled
+    # run was stopped by a person midway, so its output says nothing about the agent.
+    COMPLETED = frozenset({Status.SUCCEEDED, Status.FAILED})
+
     project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="runs")
     trace_id = models.CharField(max_length=128, help_text="OTLP trace id (hex), or the client's run id.")
     name = models.CharField(max_length=500, blank=True)
@@ -101,6 +108,10 @@ class Run(TenantModel):
 
     def __str__(self) -> str:
         return self.name or self.trace_id
+
+    @property
+    def ended(self) -> bool:
+        return self.status in self.ENDED
 
 
 class Step(TenantModel):

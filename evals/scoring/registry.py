@@ -24,7 +24,7 @@ import logging
 from typing import Any, ClassVar
 
 from agentops.errors import InvalidRequest
-from agentops.jsonsafe import storable, storage_problem
+from agentops.jsonsafe import storable_lossy, storage_problem
 from evals.scoring.config import ConfigReader
 from evals.scoring.subject import Outcome, Subject
 
@@ -123,7 +123,7 @@ def evaluate(spec: dict, subject: Subject, *, organization) -> Outcome:
     # A judge's or a webhook's answer is stored as given: nothing in it may be unstorable.
     return Outcome(
         value=outcome.value,
-        reasoning=storable(outcome.reasoning or ""),
-        details=storable(outcome.details or {}),
-        error=storable(outcome.error or ""),
+        reasoning=storable_lossy(outcome.reasoning or ""),
+        details=storable_lossy(outcome.details or {}),
+        error=storable_lossy(outcome.error or ""),
     )

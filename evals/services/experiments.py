@@ -50,7 +50,6 @@ MAX_ITEMS = 50_000
 MAX_REPORTED_RESULTS = 1000
 # A result being scored for longer than this was dropped by a dead worker: score again.
 SCORING_STALL = timedelta(minutes=10)
-RUN_ENDED = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED)
 ACTIVE = (ExperimentResult.Status.RUNNING, ExperimentResult.Status.SCORING)
 
 
@@ -271,7 +270,7 @@ def experiment_advance(*, experiment_id: int) -> None:
                 _finalize(experiment)
     for run_id in cancel_runs:
         run = Run.objects.filter(pk=run_id).first()
-        if run is not None and run.status not in RUN_ENDED:
+        if run is not None and run.status not in Run.ENDED:
             try:
                 run_cancel(run=run, actor=None)
             except Conflict:  # it ended meanwhile; its result is scored as usual
@@ -362,7 +361,7 @@ def score_result(*, result_id: int) -> None:
     experiment = result.experiment
     run = result.run
     if experiment.kind == Experiment.Kind.EXECUTED:
-        if run is None or run.status not in RUN_ENDED:
+        if run is None or run.status not in Run.ENDED:
             return  # not ended yet: its end will bring it back
         subject = Subject.from_run(run, item=result.item)
         error = "" if run.status == Run.Status.SUCCEEDED else (run.error or f"the run {run.status}")
@@ -791,7 +790,7 @@ def experiment_run_here(*, experiment_id: int, max_rounds: int = 100_000) -> Exp
         results = ExperimentResult.objects.filter(experiment=experiment)
         running = list(
             results.filter(status=ExperimentResult.Status.RUNNING)
-            .exclude(run__status__in=RUN_ENDED)
+            .exclude(run__status__in=Run.ENDED)
             .values_list("run_id", flat=True)
         )
         for run_id in running:
@@ -820,7 +819,7 @@ def stalled_work() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
                 "organization_id", "id"
             )
         )
-        ended_runs = ExperimentResult.objects.filter(status=ExperimentResult.Status.RUNNING, run__status__in=RUN_ENDED)
+        ended_runs = ExperimentResult.objects.filter(status=ExperimentResult.Status.RUNNING, run__status__in=Run.ENDED)
         stuck = ExperimentResult.objects.filter(status=ExperimentResult.Status.SCORING, updated_at__lt=cutoff)
         results = list(ended_runs.values_list("organization_id", "id")) + list(
             stuck.values_list("organization_id", "id")

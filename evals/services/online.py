@@ -45,7 +45,6 @@ RULE_TIME_BUDGET_SECONDS = 120
 # One scan of a rule at a time (a slow LLM judge may still be scoring when the next beat comes).
 RULE_LEASE_SECONDS = 15 * 60
 FILTER_KEYS = ("agent_name", "environment", "tag")
-ENDED = (Run.Status.SUCCEEDED, Run.Status.FAILED)
 MAX_RULES_PER_PROJECT = 50
 
 
@@ -244,7 +243,7 @@ def matching_runs(*, rule: OnlineRule, since: datetime) -> QuerySet[Run]:
     """Runs the rule should score that changed at or after ``since``: ended, matching its
     filters, sampled, not from an experiment and not yet scored with its metric; in the
     order they changed."""
-    runs = Run.objects.filter(project_id=rule.project_id, status__in=ENDED, updated_at__gte=since)
+    runs = Run.objects.filter(project_id=rule.project_id, status__in=Run.COMPLETED, updated_at__gte=since)
     filters = rule.filters or {}
     if filters.get("agent_name"):
         runs = runs.filter(agent_name=filters["agent_name"])

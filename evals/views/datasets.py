@@ -66,7 +66,7 @@ def preview(value: Any) -> str:
     return text if len(text) <= PREVIEW_CHARACTERS else text[: PREVIEW_CHARACTERS - 1] + "…"
 
 
-def as_text(value: Any) -> str:
+def form_text(value: Any) -> str:
     """A JSON value as a form shows it: text as itself, anything else as indented JSON."""
     if value is None:
         return ""
@@ -363,7 +363,7 @@ def dataset_panel_context(page, run) -> dict:
     context: dict[str, Any] = {"run_dataset_items": memberships}
     if page.access.allows("work:write"):
         context["add_run_form"] = AddRunForm(
-            datasets=list(services.dataset_list(project=page.project)), initial={"expected": as_text(run.output)}
+            datasets=list(services.dataset_list(project=page.project)), initial={"expected": form_text(run.output)}
         )
     return context
 
@@ -412,7 +412,7 @@ class RunAddToDatasetAction(ProjectPage):
         else:
             dataset = services.dataset_detail(project=self.project, dataset_id=int(form.cleaned_data["dataset"]))
         typed = form.cleaned_data["expected"]
-        if _same_text(typed, as_text(run.output)):
+        if _same_text(typed, form_text(run.output)):
             expected = ...  # unchanged: the output exactly as stored, not re-read from text
         elif not typed.strip():
             expected = None

@@ -22,7 +22,7 @@ def run_cancel(*, run: Run, actor, ip: str | None = None) -> Run:
         run = Run.objects.select_for_update().get(pk=run.pk)
         if not run.executed:
             raise InvalidRequest("only runs the platform executes can be cancelled")
-        if run.status in (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED):
+        if run.status in Run.ENDED:
             raise Conflict(f"the run already {run.status}")
         run.cancel_requested = True
         run.save(update_fields=["cancel_requested"])

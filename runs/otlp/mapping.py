@@ -48,11 +48,10 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from agentops.jsonsafe import MAX_DEPTH, NESTING_CUT, TRUNCATED, json_from_text, storable_lossless, storable_text
 from runs.models import Step
 from runs.services.ingest import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent
 
-MAX_DEPTH = 64
-TRUNCATED = f"[nested deeper than {MAX_DEPTH} levels: not kept]"
 # No model call has a billion tokens: a larger count is garbage, and summing such
 # counts over a run would overflow the totals.
 MAX_TOKENS = 100_000_000
@@ -201,10 +200,6 @@ class SpanEvents:
 
 # What the values of the item being mapped needed to become storable (see ``noting``).
 _notes: ContextVar[set[str] | None] = ContextVar("otlp_mapping_notes", default=None)
-NUL_REMOVED = "NUL characters removed"
-SURROGATES_REPLACED = "unpaired surrogates replaced by ?"
-NOT_FINITE_AS_TEXT = "NaN or Infinity kept as text"
-NESTING_CUT = f"values nested deeper than {MAX_DEPTH} levels replaced by a note"
 TEXT_CUT = "text longer than its field cut"
 
 
@@ -226,43 +221,18 @@ def _note(what: str) -> None:
 
 
 def clean_text(text: str) -> str:
-    """``text`` as PostgreSQL stores it: without NUL characters and unpaired surrogates
-    (which JSON escapes such as ``\\ud800`` can produce)."""
-    if "\x00" in text:
-        text = text.replace("\x00", "")
-        _note(NUL_REMOVED)
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = text.encode("utf-8", "replace").decode("utf-8")
-            _note(SURROGATES_REPLACED)
-    return text
+    """``text`` as PostgreSQL stores it (``agentops.jsonsafe.storable_text``), noted."""
+    return storable_text(text, note=_note)
 
 
 def clean_float(number: float) -> float | str:
-    if math.isfinite(number):
-        return number
-    _note(NOT_FINITE_AS_TEXT)
-    return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
+    return storable_lossless(number, note=_note)
 
 
-def json_safe(value: Any, depth: int = 0) -> Any:
-    """``value`` (parsed JSON or converted attributes) made storable as ``jsonb``."""
-    if value is None or isinstance(value, bool | int):
-        return value
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, float):
-        return clean_float(value)
-    if depth >= MAX_DEPTH:
-        _note(NESTING_CUT)
-        return TRUNCATED
-    if isinstance(value, dict):
-        return {clean_text(str(key)): json_safe(item, depth + 1) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(item, depth + 1) for item in value]
-    return clean_text(str(value))
+def json_safe(value: Any) -> Any:
+    """``value`` (parsed JSON or converted attributes) made storable as ``jsonb``, the
+    lossless way (``agentops.jsonsafe.storable_lossless``), noted."""
+    return storable_lossless(value, note=_note)
 
 
 def any_value(value: AnyValue, depth: int = 0) -> Any:
@@ -296,16 +266,9 @@ def attributes_dict(attributes: Iterable[KeyValue]) -> dict[str, Any]:
 def parse_json_text(value: Any, *, any_json: bool = False) -> Any:
     """A JSON document sent as a string attribute, parsed; the string itself when it is
     not JSON. Only objects and arrays are parsed unless ``any_json`` (so a plain text
-    "42" or "true" stays text)."""
-    if not isinstance(value, str):
-        return value
-    stripped = value.lstrip()
-    if not stripped or (not any_json and stripped[0] not in "[{"):
-        return value
-    try:
-        return json_safe(json.loads(stripped))
-    except (ValueError, RecursionError):
-        return value
+    "42" or "true" stays text), and made storable the lossless way."""
+    parsed = json_from_text(value, any_json=any_json)
+    return value if parsed is value else json_safe(parsed)
 
 
 def text_value(value: Any, max_length: int) -> str:

@@ -53,6 +53,7 @@ from django.db.models import Case, F, Q, When
 from django.db.models.fields.json import KeyTransform
 
 from agentops.errors import NotFound
+from agentops.jsonsafe import SHOWN_JSON_CHARS, json_from_text
 from runs.execution import version_spec
 from runs.fields import PayloadJSONField
 from runs.models import MemorySnapshot, Run, Step, ToolCall
@@ -124,8 +125,8 @@ class StepItem:
     @property
     def arguments(self) -> Any:
         if self.call is not None:
-            return parse_json_text(self.call.arguments)
-        return parse_json_text(self.step.compared_input) if self.step is not None else None
+            return json_from_text(self.call.arguments, max_chars=SHOWN_JSON_CHARS)
+        return json_from_text(self.step.compared_input, max_chars=SHOWN_JSON_CHARS) if self.step is not None else None
 
     @property
     def result(self) -> Any:
@@ -238,18 +239,6 @@ def final_snapshots(runs: Sequence[Run]) -> dict[int, MemorySnapshot]:
 
 
 # --- Values ----------------------------------------------------------------------------------
-
-
-def parse_json_text(value: Any) -> Any:
-    """A JSON object or array sent as text (tool arguments often are) parsed; anything else as is."""
-    if isinstance(value, str):
-        stripped = value.strip()
-        if stripped[:1] in ("{", "[") and len(stripped) < 2_000_000:
-            try:
-                return json.loads(stripped)
-            except ValueError:
-                return value
-    return value
 
 
 def canonical_json(value: Any) -> str:

@@ -27,6 +27,7 @@ from django.utils import timezone
 from psycopg.sql import Literal
 from psycopg.types.json import Jsonb
 
+from agentops.jsonsafe import storable_lossless, storable_text
 from agentops.models import Project
 from billing.ledger import ledger_mark
 from billing.services import step_cost, tool_cost
@@ -93,7 +94,6 @@ STEP_FIELDS = (
 )
 # Run fields its search text is made of.
 SEARCHED_RUN_FIELDS = ("name", "input", "output")
-TERMINAL_STATUSES = {Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED}
 
 
 @dataclass
@@ -540,32 +540,29 @@ def _jsonb_text(value: Any) -> str:
     """``value`` as JSON that ``jsonb`` takes. Callers other than the OTLP mapping and
     the batch API (which clean or refuse them) may hand over NaN, Infinity, NUL
     characters or unpaired surrogates (a webhook tool's answer, say): jsonb refuses
-    them, and the whole batch would fail. They are cleaned as the OTLP mapping does."""
+    them, and the whole batch would fail. They are cleaned as the OTLP mapping does
+    (lossless: NaN is kept as text)."""
     try:
         text = _STRICT_JSON.encode(value)
     except (ValueError, TypeError):
         text = None
     # Escaped: a NUL is \u0000; an unpaired surrogate, like every astral character, \udXXX.
     if text is None or "\\u0000" in text or "\\ud" in text:
-        from runs.otlp.mapping import json_safe  # here: the mapping imports this module
-
-        text = _STRICT_JSON.encode(json_safe(value))
+        text = _STRICT_JSON.encode(storable_lossless(value))
     return text
 
 
 def _storable(value: Any, is_json_column: bool) -> Any:
     """``value`` as psycopg takes it for a column: JSON wrapped as Jsonb, text cleaned of
     what PostgreSQL would refuse."""
-    from runs.otlp.mapping import clean_text  # here: the mapping imports this module
-
     if value is None:
         return None
     if is_json_column:
         return Jsonb(value, dumps=_jsonb_text)
     if isinstance(value, str):
-        return clean_text(value)
+        return storable_text(value)
     if isinstance(value, list):  # an array of text
-        return [clean_text(item) if isinstance(item, str) else item for item in value]
+        return [storable_text(item) if isinstance(item, str) else item for item in value]
     return value
 
 
@@ -790,8 +787,9 @@ def _link_parent_runs(project, runs: list[Run], waiting_children: list[int]) -> 
 # and LEAST and GREATEST skip NULLs). A status the client stated and that is not final
 # keeps the run's end as stated.
 _RUN_STARTED = "LEAST(run.started_at, totals.first_start)"
+_ENDED_SQL = ", ".join(f"'{status}'" for status in sorted(Run.ENDED))
 _RUN_ENDED = (
-    "CASE WHEN run.status_explicit AND run.status NOT IN ('succeeded', 'failed', 'cancelled') "
+    f"CASE WHEN run.status_explicit AND run.status NOT IN ({_ENDED_SQL}) "
     "THEN run.ended_at ELSE GREATEST(run.ended_at, totals.last_end) END"
 )
 

@@ -37,7 +37,6 @@ UNMATCHED_POLICIES = ("fail", "live")
 OVERRIDES = ("model", "system_prompt", "version", "tools", "temperature", "top_p", "max_tokens", "random_seed")
 PARAMETERS = ("temperature", "top_p", "max_tokens", "random_seed")
 MAX_REPEAT = 20
-ENDED = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED)
 
 
 def replay_start(
@@ -66,7 +65,7 @@ def replay_start(
         raise InvalidRequest(f"repeat must be a whole number from 1 to {MAX_REPEAT}")
     if fork_step is not None and (isinstance(fork_step, bool) or not isinstance(fork_step, int) or fork_step < 1):
         raise InvalidRequest("fork_step must be a whole number from 1 (the first model call)")
-    if source.status not in ENDED:
+    if not source.ended:
         raise Conflict(f"the run is still {source.status}: replay it once it has ended")
     check_work_allowed(project=source.project, api_key=api_key, work="replay")
 
@@ -497,7 +496,7 @@ def replay_groups(source: Run) -> list[dict]:
 
 def _group_summary(key: str, runs: list[Run]) -> dict:
     replay = runs[0].execution.get("replay") or {}
-    ended = [run for run in runs if run.status in ENDED]
+    ended = [run for run in runs if run.ended]
     # Only answers agree: a failed or cancelled replay (no output) never counts as agreeing.
     outputs = Counter(
         json.dumps(run.output, sort_keys=True, default=str) for run in ended if run.status == Run.Status.SUCCEEDED

@@ -16,6 +16,8 @@ from typing import Any
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from agentops.jsonsafe import SHOWN_JSON_CHARS, json_from_text
+
 # How much of a payload a page shows before "Show all".
 PREVIEW_CHARS = 2048
 # Even "Show all" stops here; beyond it the raw JSON download has everything.
@@ -223,17 +225,6 @@ class ToolCallView:
     arguments: Any
 
 
-def _maybe_json(value: Any) -> Any:
-    if isinstance(value, str):
-        stripped = value.strip()
-        if stripped[:1] in ("{", "[") and len(stripped) < 2_000_000:
-            try:
-                return json.loads(stripped)
-            except ValueError:
-                return value
-    return value
-
-
 def tool_calls_of(tool_calls: Any) -> list[ToolCallView]:
     """A message's tool calls, whatever the shape it was sent in (OpenAI/Mistral
     ``{"id", "function": {"name", "arguments"}}``, or flat ``{"name", "arguments"}``)."""
@@ -247,7 +238,11 @@ def tool_calls_of(tool_calls: Any) -> list[ToolCallView]:
         name = function.get("name") or call.get("name") or call.get("tool_name") or "tool"
         arguments = function.get("arguments", call.get("arguments", call.get("args", call.get("input"))))
         call_id = call.get("id") or call.get("tool_call_id") or call.get("call_id") or ""
-        out.append(ToolCallView(call_id=str(call_id), name=str(name), arguments=_maybe_json(arguments)))
+        out.append(
+            ToolCallView(
+                call_id=str(call_id), name=str(name), arguments=json_from_text(arguments, max_chars=SHOWN_JSON_CHARS)
+            )
+        )
     return out
 
 

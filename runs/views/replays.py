@@ -17,7 +17,7 @@ from agentops.selectors import provider_secret_list
 from runs import selectors
 from runs.forms import ReplayForm
 from runs.models import AgentVersion, Run
-from runs.services.replay import ENDED, replay_defaults, replay_groups, replay_start
+from runs.services.replay import replay_defaults, replay_groups, replay_start
 
 
 def refusal_sentence(message: str) -> str:
@@ -60,10 +60,10 @@ def _has_mistral_key(organization) -> bool:
 def replay_context(page: ProjectPage, run: Run) -> dict[str, Any]:
     """What the run's page shows of replays: its source (a replay), its replays, and the
     form to start one (people who may start runs, on a run that has ended)."""
-    context: dict[str, Any] = {"replay_groups": replay_groups(run) if run.executed or run.status in ENDED else []}
+    context: dict[str, Any] = {"replay_groups": replay_groups(run) if run.executed or run.ended else []}
     if run.replay_of_id:
         context["replay_source"] = selectors.run_list(project=page.project).filter(pk=run.replay_of_id).first()
-    if run.status in ENDED and page.access.allows("work:write"):
+    if run.ended and page.access.allows("work:write"):
         context["replay_form"], context["replay_refusal"] = _form(run, page.organization)
     return context
 

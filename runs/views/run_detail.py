@@ -48,7 +48,6 @@ TREE_FIELDS = (
 )
 
 READ = Need("work:read", "see this project's runs")
-UNFINISHED = (Run.Status.QUEUED, Run.Status.RUNNING, Run.Status.WAITING)
 
 
 class RunPageMixin:
@@ -73,7 +72,7 @@ class RunPageMixin:
     def header_context(self, run: Run, now: datetime) -> dict[str, Any]:
         # While a run goes on, its latency only covers the steps seen so far: show the time since it started.
         elapsed_ms = None
-        if run.started_at and run.status in UNFINISHED:
+        if run.started_at and not run.ended:
             elapsed_ms = max((now - run.started_at).total_seconds() * 1000, 0)
         parent = None
         if run.parent_run_id:
@@ -174,7 +173,7 @@ class RunLiveFragment(RunPageMixin, ProjectPage):
         now = timezone.now()
         tab = _tab(request)
         # Once the run has ended, the page gets what it would show on a reload: the replay form.
-        ended = run.status not in UNFINISHED
+        ended = run.ended
         return self.render_page(
             "runs/live/run_refresh.html",
             {

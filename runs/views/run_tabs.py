@@ -67,7 +67,7 @@ def trace_rows(*, run: Run, steps: list[Step], now: datetime) -> tuple[list[Trac
     start = min(starts) if starts else run.started_at
     end = max(ends) if ends else None
     # An open step of a finished run never ended (a lost span): it is not "running".
-    unfinished = run.status in (Run.Status.QUEUED, Run.Status.RUNNING, Run.Status.WAITING)
+    unfinished = not run.ended
     if unfinished and any(step.started_at and not step.ended_at for step in steps):
         end = max(end, now) if end else now
     total_ms = max((end - start).total_seconds() * 1000, 0.0) if start and end else 0.0

@@ -73,3 +73,74 @@ def test_storage_problem_walks_deep_values_without_recursion():
         deep = [deep]
     assert jsonsafe.storage_problem({"x": deep}).endswith(": nested deeper than 64 levels")
     assert jsonsafe.storage_problem({"x": [1.5, "ok", None, True, {"y": 2}]}) == ""
+
+
+# --- The cleaner: one walk, a lossy and a lossless variant ------------------------------
+
+
+def test_the_lossy_cleaner_makes_nan_and_infinity_null_and_leaves_other_values_as_they_are():
+    from decimal import Decimal
+
+    value = {"a\x00": [float("nan"), float("inf"), float("-inf"), 1.5, "x\x00\ud800"], "n": Decimal("2.5")}
+    assert jsonsafe.storable_lossy(value) == {"a": [None, None, None, 1.5, "x?"], "n": Decimal("2.5")}
+
+
+def test_the_lossless_cleaner_keeps_nan_and_infinity_as_text_and_says_what_it_changed():
+    from decimal import Decimal
+
+    notes = []
+    value = {"a\x00": [float("nan"), float("inf"), float("-inf"), 1.5, "x\ud800"], "n": Decimal("2.5")}
+    cleaned = jsonsafe.storable_lossless(value, note=notes.append)
+    assert cleaned == {"a": ["NaN", "Infinity", "-Infinity", 1.5, "x?"], "n": "2.5"}
+    assert set(notes) == {jsonsafe.NUL_REMOVED, jsonsafe.NOT_FINITE_AS_TEXT, jsonsafe.SURROGATES_REPLACED}
+    assert jsonsafe.storage_problem(cleaned) == ""
+
+
+@pytest.mark.parametrize("clean", [jsonsafe.storable_lossy, jsonsafe.storable_lossless])
+def test_both_cleaners_cut_nesting_beyond_the_limit_at_the_same_level(clean):
+    def nested(depth):
+        value = []
+        for _ in range(depth - 1):
+            value = [value]
+        return value
+
+    assert clean(nested(jsonsafe.MAX_DEPTH)) == nested(jsonsafe.MAX_DEPTH)
+    cut = clean(nested(jsonsafe.MAX_DEPTH + 1))
+    for _ in range(jsonsafe.MAX_DEPTH - 1):
+        (cut,) = cut
+    assert cut == [jsonsafe.TRUNCATED]
+    assert jsonsafe.storable_text("a\x00b") == "ab"
+
+
+# --- JSON held in a text -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, parsed",
+    [
+        (' {"a": [1, 2]} ', {"a": [1, 2]}),
+        ("42", "42"),
+        ("true", "true"),
+        ("{not json", "{not json"),
+        ("", ""),
+        ({"a": 1}, {"a": 1}),
+        (None, None),
+    ],
+)
+def test_a_json_object_or_array_held_in_a_text_is_parsed_and_anything_else_kept(value, parsed):
+    assert jsonsafe.json_from_text(value) == parsed
+
+
+def test_json_read_from_a_text_is_not_cleaned_the_caller_chooses_a_cleaner():
+    one, nan = jsonsafe.json_from_text("[1, NaN]")
+    assert one == 1 and nan != nan
+    assert jsonsafe.storable_lossless(jsonsafe.json_from_text("[1, NaN]")) == [1, "NaN"]
+
+
+def test_any_json_text_is_parsed_when_asked_and_a_long_or_deep_text_stays_text():
+    assert jsonsafe.json_from_text("42", any_json=True) == 42
+    assert jsonsafe.json_from_text('"hi"', any_json=True) == "hi"
+    assert jsonsafe.json_from_text("[1]", max_chars=4) == [1]
+    assert jsonsafe.json_from_text("[1]", max_chars=3) == "[1]"
+    deep = "[" * 100_000 + "]" * 100_000
+    assert jsonsafe.json_from_text(deep) == deep

@@ -5,7 +5,7 @@ names that would break the pages, and a gate asked about what its baseline lacks
 import pytest
 from django.test import Client
 
-from agentops.jsonsafe import storable
+from agentops.jsonsafe import storable_lossy
 from agentops.scoping import organization_scope
 from evals import scoring
 from evals.models import Dataset, Experiment, ExperimentResult
@@ -126,7 +126,7 @@ def test_a_judge_answer_the_database_cannot_store_does_not_stall_the_item(ready,
         score_result(result_id=result.pk)  # already done: nothing happens
         row = result.score_rows.get()
     assert experiment.status == "succeeded" and row.reasoning == "fineprint" and row.details == {"ratio": None}
-    assert storable({"a\u0000": [float("inf"), "x\u0000"]}) == {"a": [None, "x"]}
+    assert storable_lossy({"a\u0000": [float("inf"), "x\u0000"]}) == {"a": [None, "x"]}
 
 
 def test_no_pass_rate_from_items_nobody_could_score():

@@ -225,7 +225,7 @@ def test_run_panel_offers_members_the_form_with_the_runs_output(signed_in, tenan
 def test_adding_a_run_from_its_panel_keeps_its_output_exactly(signed_in, tenant):
     dataset = make_dataset(tenant, "support")
     run = make_run(tenant.project)
-    shown = views.as_text(run.output).replace("\n", "\r\n")  # as a browser sends the textarea
+    shown = views.form_text(run.output).replace("\n", "\r\n")  # as a browser sends the textarea
     response = signed_in(tenant.member).post(
         f"{EVALS}/runs/{run.pk}/add-to-dataset/", {"dataset": dataset.pk, "expected": shown}, **HTMX
     )
@@ -293,9 +293,9 @@ def test_the_run_page_loads_the_panel(signed_in, tenant):
     assert f'hx-get="{EVALS}/runs/{run.pk}/panel/"' in page
 
 
-def test_as_text_shows_text_as_itself_and_json_indented():
-    assert views.as_text("hi") == "hi" and views.as_text(None) == ""
-    assert json.loads(views.as_text({"a": [1]})) == {"a": [1]}
+def test_form_text_shows_text_as_itself_and_json_indented():
+    assert views.form_text("hi") == "hi" and views.form_text(None) == ""
+    assert json.loads(views.form_text({"a": [1]})) == {"a": [1]}
 
 
 @pytest.mark.browser
