@@ -177,5 +177,6 @@ def _announce_result(experiment_id: int, result_id: int) -> None:
 
 
 def enqueue_scoring(organization_id: int, result_ids: list[int]) -> None:
+    """Queue each result's scoring on a worker (``evals.tasks.score_result``)."""
     for result_id in result_ids:
         tasks.score_result.delay(organization_id, result_id)
