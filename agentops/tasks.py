@@ -11,8 +11,6 @@ from django.utils import timezone
 from agentops import crypto
 from agentops.models import Invitation
 from agentops.scoping import dangerously_unscoped
-from agentops.services.idempotency import idempotency_purge_expired
-from agentops.services.invitations import invitation_email_failed, invitation_email_send
 
 # 6 attempts over about 5 minutes (settings.INVITATION_EMAIL_RETRY_SECONDS, 10 s, doubling:
 # 10, 20, 40, 80, 160 s apart): a mail server that is restarting is waited for; one that
@@ -23,6 +21,8 @@ INVITATION_EMAIL_RETRIES = 5
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=INVITATION_EMAIL_RETRIES)
 def send_invitation_email(self, organization_id: int, invitation_id: int, encrypted_link: str) -> bool:
     """Email an invitation's link; retried with backoff while the mail server fails."""
+    from agentops.services.invitations import invitation_email_failed, invitation_email_send
+
     try:
         return invitation_email_send(invitation_id=invitation_id, link=crypto.decrypt(encrypted_link))
     except (OSError, smtplib.SMTPException) as exc:  # refused, timed out, or the server said no
@@ -36,6 +36,8 @@ def send_invitation_email(self, organization_id: int, invitation_id: int, encryp
 
 @shared_task
 def purge_expired_idempotency_keys() -> int:
+    from agentops.services.idempotency import idempotency_purge_expired
+
     return idempotency_purge_expired()
 
 

@@ -26,6 +26,7 @@ from agentops.netguard import UnsafeUrlError, check_outbound_url
 from agentops.scoping import organization_scope
 from agentops.services.audit import audit_record
 from billing.models import Budget, UsageDaily
+from billing.tasks import evaluate_budget_alerts
 
 DEFAULT_THRESHOLDS = (50, 80, 100)
 MAX_AMOUNT = Decimal("999999999999.99")
@@ -157,8 +158,6 @@ def _audit_view(budget: Budget) -> dict:
 
 def _evaluate_after_commit(organization_id: int) -> None:
     """A new or lowered limit may already be crossed: evaluate alerts once committed."""
-    from billing.tasks import evaluate_budget_alerts
-
     transaction.on_commit(lambda: evaluate_budget_alerts.delay(organization_id))
 
 

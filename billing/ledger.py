@@ -42,6 +42,7 @@ from decimal import Decimal
 
 from django.db import connection, transaction
 
+from billing.tasks import evaluate_budget_alerts
 from billing.usage import usage_source
 
 # Ledger dimensions, in UsageDaily's unique constraint order.
@@ -342,7 +343,4 @@ def compute_usage_record(
 
 
 def _evaluate_alerts(organization_id: int) -> None:
-    # billing.tasks imports this module: imported when used.
-    from billing.tasks import evaluate_budget_alerts
-
     evaluate_budget_alerts.delay(organization_id)

@@ -5,9 +5,6 @@ import time
 
 from celery import shared_task
 
-from billing.alerts import evaluate_alerts
-from billing.ledger import ledger_refresh
-
 logger = logging.getLogger(__name__)
 
 REFRESH_BATCH = 500
@@ -20,6 +17,8 @@ REFRESH_SECONDS = 8
 def refresh_ledger() -> int:
     """Drain the ledger backlog (every 10 s), then evaluate budgets and spikes of the
     organizations whose usage changed. Idempotent: a mark is deleted with its refresh."""
+    from billing.ledger import ledger_refresh
+
     touched: set[int] = set()
     done = 0
     deadline = time.monotonic() + REFRESH_SECONDS
@@ -42,6 +41,7 @@ def refresh_ledger() -> int:
 def evaluate_budget_alerts(organization_id: int) -> int:
     """Raise the alerts due for one organization (after its usage or a budget changed)."""
     from agentops.models import Organization
+    from billing.alerts import evaluate_alerts
 
     if not Organization.objects.filter(pk=organization_id).exists():
         return 0  # deleted since

@@ -16,26 +16,18 @@ from agentops.charts import chart_label
 from agentops.csvexport import csv_response
 from agentops.errors import ServiceError
 from agentops.pages import Need, OrganizationPage
-from billing import spend
+from billing import budgets, spend
 from billing.forms import BudgetForm, PeriodForm
 from billing.models import Budget, BudgetAlert
 
 ALERTS_SHOWN = 50
 
 
-def _budgets():
-    # billing.budgets is the budget services' module; imported when used so the page's
-    # reads do not depend on its import order.
-    from billing import budgets
-
-    return budgets
-
-
 def budget_rows(organization) -> list[dict]:
     """The organization's budgets, each with its spend in the current period."""
     rows = []
     for budget in Budget.objects.filter(organization=organization).select_related("project", "api_key"):
-        progress = _budgets().budget_spend(budget)
+        progress = budgets.budget_spend(budget)
         rows.append({"budget": budget, **progress, "bar": min(float(progress["percent"]), 100.0)})
     return rows
 
@@ -111,7 +103,7 @@ class BudgetCreateAction(OrganizationPage):
         form = BudgetForm(request.POST, organization=self.organization)
         if form.is_valid():
             try:
-                _budgets().budget_create(
+                budgets.budget_create(
                     organization=self.organization, actor=request.user, ip=self.ip, **form.service_fields()
                 )
             except ServiceError as exc:
@@ -144,7 +136,7 @@ class BudgetEditPage(OrganizationPage):
                 # The stored webhook is encrypted and never shown: blank keeps it.
                 fields.pop("webhook_url")
             try:
-                _budgets().budget_update(budget=budget, actor=request.user, ip=self.ip, **fields)
+                budgets.budget_update(budget=budget, actor=request.user, ip=self.ip, **fields)
             except ServiceError as exc:
                 form.add_error(None, exc.message)
             else:
@@ -156,7 +148,7 @@ class BudgetDeleteAction(BudgetEditPage):
     permissions = {"POST": Need("budget:write", "delete budgets")}
 
     def post(self, request, org_slug, budget_id):
-        _budgets().budget_delete(budget=self.budget(budget_id), actor=request.user, ip=self.ip)
+        budgets.budget_delete(budget=self.budget(budget_id), actor=request.user, ip=self.ip)
         return redirect(reverse("billing:index", args=[org_slug]) + "#budgets")
 
 

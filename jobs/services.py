@@ -39,6 +39,7 @@ from billing.budgets import check_work_allowed
 from jobs import hardware as catalog
 from jobs.backends import BackendError, JobNotFound, JobSpec, backend_class, backend_for
 from jobs.models import ComputeBackend, Job, JobEvent, JobLogLine, JobMetric, JobSecret
+from jobs.tasks import poll_job
 
 logger = logging.getLogger(__name__)
 
@@ -455,8 +456,6 @@ def job_submit(
 
 
 def _enqueue_poll(job: Job, countdown: float = 0) -> None:
-    from jobs.tasks import poll_job
-
     poll_job.apply_async((job.organization_id, job.pk), countdown=countdown)
 
 

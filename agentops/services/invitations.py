@@ -27,6 +27,7 @@ from agentops.roles import Role
 from agentops.scoping import dangerously_unscoped, organization_scope
 from agentops.services.audit import audit_record
 from agentops.services.organizations import role_can_assign
+from agentops.tasks import send_invitation_email
 
 INVITATION_LIFETIME = timedelta(days=7)
 logger = logging.getLogger(__name__)
@@ -87,8 +88,6 @@ def invitation_create(
 
 
 def _queue_invitation_email(invitation: Invitation, link: str) -> None:
-    from agentops.tasks import send_invitation_email  # tasks import this module
-
     try:
         send_invitation_email.delay(invitation.organization_id, invitation.pk, crypto.encrypt(link))
     except Exception as exc:  # noqa: BLE001 - the invitation is stored; say why no email will come

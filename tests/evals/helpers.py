@@ -4,7 +4,9 @@ tasks make, without a worker)."""
 
 from __future__ import annotations
 
+from agentops.scoping import organization_scope
 from evals.models import Dataset, DatasetItem, DatasetVersion, Evaluator, Experiment
+from runs.services.agents import agent_create
 
 
 def make_dataset(project, items: list[dict], *, name: str = "qa") -> Dataset:
@@ -47,3 +49,23 @@ def drive(experiment: Experiment) -> Experiment:
     from evals.services.experiments import experiment_run_here
 
     return experiment_run_here(experiment_id=experiment.pk)
+
+
+def echo_items(n: int) -> list[dict]:
+    # The offline model answers "[offline model] You said: <input>": even items expect
+    # words the answer holds, odd items words it does not.
+    return [
+        {"key": f"q{i}", "input": f"question {i}", "expected": f"question {i}" if i % 2 == 0 else "something else"}
+        for i in range(n)
+    ]
+
+
+def experiment_setup(tenant):
+    """An agent on the offline model, a dataset of ten ``echo_items`` and two evaluators
+    (``mentions``: contains; ``fast``: latency limit), for experiments' tests."""
+    with organization_scope(tenant.organization):
+        agent = agent_create(project=tenant.project, actor=tenant.member, name="echo", model="offline")
+    dataset = make_dataset(tenant.project, echo_items(10))
+    contains = make_evaluator(tenant.project, "mentions", "contains")
+    fast = make_evaluator(tenant.project, "fast", "latency_limit", {"max_ms": 60_000})
+    return agent, dataset, [contains, fast]

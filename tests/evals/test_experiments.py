@@ -1,5 +1,6 @@
-"""Experiments of executed agents and of results reported from outside: items run with
-a concurrency limit, scores and totals, intervals, cancellation, recovery, budgets."""
+"""Experiments of executed agents: items run with a concurrency limit, scores and
+totals, intervals, cancellation, recovery, budgets (results reported from outside:
+test_experiments_external.py)."""
 
 from decimal import Decimal
 
@@ -13,35 +14,19 @@ from evals.models import Experiment, ExperimentResult, Score
 from evals.services.experiments import (
     experiment_advance,
     experiment_cancel,
-    experiment_complete,
     experiment_start,
-    results_report,
     score_result,
     stalled_work,
 )
 from runs.execution import run_execute
 from runs.models import Run
 from runs.services.agents import agent_create
-from tests.evals.helpers import drive, make_dataset, make_evaluator
-
-
-def _items(n: int) -> list[dict]:
-    # The offline model answers "[offline model] You said: <input>": even items expect
-    # words the answer holds, odd items words it does not.
-    return [
-        {"key": f"q{i}", "input": f"question {i}", "expected": f"question {i}" if i % 2 == 0 else "something else"}
-        for i in range(n)
-    ]
+from tests.evals.helpers import drive, experiment_setup, make_evaluator
 
 
 @pytest.fixture
 def setup(tenant):
-    with organization_scope(tenant.organization):
-        agent = agent_create(project=tenant.project, actor=tenant.member, name="echo", model="offline")
-    dataset = make_dataset(tenant.project, _items(10))
-    contains = make_evaluator(tenant.project, "mentions", "contains")
-    fast = make_evaluator(tenant.project, "fast", "latency_limit", {"max_ms": 60_000})
-    return agent, dataset, [contains, fast]
+    return experiment_setup(tenant)
 
 
 def _start(tenant, setup, **kwargs):
@@ -155,70 +140,6 @@ def test_a_spent_hard_budget_refuses_an_experiment(tenant, setup):
             _start(tenant, setup)
         assert "experiments" in caught.value.message
         assert Experiment.objects.count() == 0
-
-
-def test_external_results_are_scored_and_end_the_experiment(tenant, setup):
-    agent, dataset, evaluators = setup
-    with organization_scope(tenant.organization):
-        experiment = experiment_start(
-            project=tenant.project, actor=tenant.member, dataset=dataset, evaluators=evaluators[:1], kind="external"
-        )
-        reported = [
-            {
-                "item": f"q{i}",
-                "output": f"answer to question {i}",
-                "latency_ms": 100 + i,
-                "cost": "0.001",
-                "scores": {"harness_accuracy": 1.0 if i < 8 else 0.0},
-            }
-            for i in range(10)
-        ]
-        assert results_report(experiment=experiment, results=reported[:6]) == 6
-        for result in ExperimentResult.objects.filter(experiment=experiment, status="scoring"):
-            score_result(result_id=result.pk)
-        experiment.refresh_from_db()
-        assert experiment.status == "running" and experiment.completed_count == 6
-        results_report(experiment=experiment, results=reported[6:])
-        for result in ExperimentResult.objects.filter(experiment=experiment, status="scoring"):
-            score_result(result_id=result.pk)
-        experiment.refresh_from_db()
-    assert experiment.status == "succeeded"
-    assert experiment.summary["metrics"]["harness_accuracy"]["mean"] == 0.8
-    assert experiment.summary["metrics"]["mentions"]["mean"] == 0.5  # the platform's evaluator, on the outputs
-    assert experiment.total_cost == Decimal("0.010")
-    assert experiment.summary["latency_ms"]["p50"] == 104.5
-
-
-def test_reported_results_are_all_or_nothing(tenant, setup):
-    agent, dataset, evaluators = setup
-    with organization_scope(tenant.organization):
-        experiment = experiment_start(
-            project=tenant.project, actor=tenant.member, dataset=dataset, evaluators=evaluators, kind="external"
-        )
-        for bad, message in [
-            ([{"item": "q1", "output": "x"}, {"item": "nope", "output": "y"}], "not items of this experiment"),
-            ([{"item": "q1", "output": "x", "scores": {"a": 1.5}}], "from 0 to 1"),
-            ([{"item": "q1", "output": "x", "cost": "abc"}], "cost must be a number"),
-            ([{"item": "q1"}], "needs an output"),
-            ([{"item": "q1", "output": "x"}, {"item": "q1", "output": "y"}], "twice"),
-        ]:
-            with pytest.raises(InvalidRequest, match=message):
-                results_report(experiment=experiment, results=bad)
-        assert not ExperimentResult.objects.filter(experiment=experiment).exclude(status="pending").exists()
-
-
-def test_completing_an_external_experiment_leaves_unreported_items_out(tenant, setup):
-    agent, dataset, evaluators = setup
-    with organization_scope(tenant.organization):
-        experiment = experiment_start(
-            project=tenant.project, actor=tenant.member, dataset=dataset, evaluators=evaluators[:1], kind="external"
-        )
-        results_report(experiment=experiment, results=[{"item": "q0", "output": "question 0"}])
-        score_result(result_id=ExperimentResult.objects.get(experiment=experiment, item_key="q0").pk)
-        experiment = experiment_complete(experiment=experiment, actor=tenant.member)
-    assert experiment.status == "succeeded"
-    assert experiment.summary["completion"] == 0.1
-    assert experiment.summary["metrics"]["mentions"]["n"] == 1
 
 
 def test_recovery_scores_a_result_whose_run_ended_unnoticed(tenant, setup):

@@ -1,0 +1,149 @@
+"""Moving an experiment forward: ``experiment_advance``, one idempotent step, called
+when it starts, after each item is scored, when it is asked to end, and by recovery.
+
+Under a lock on the experiment the step
+- starts pending items of an executed experiment on the runs executor until
+  ``concurrency`` items are in flight (running or being scored): each becomes an
+  executed run tagged ``experiment:<id>``, whose end brings its result to scoring
+  (``item_scoring``);
+- waits, for an external experiment, until every item is reported and scored (or its
+  harness completed it);
+- starts nothing once the experiment is asked to end (``ending``), and cancels its
+  running runs after the lock (their results are scored as usual).
+With nothing left in flight it ends the experiment: the summary (``summary``), the
+status (failed when every finished item failed); once committed, the live pages are told
+and ``evals.tasks.experiment_ended`` runs what follows an end (the exports).
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentops.errors import Conflict
+from evals import live, tasks
+from evals.models import Experiment, ExperimentResult
+from evals.services.experiments.summary import summarize
+from evals.services.experiments.totals import count_finished
+from runs.execution import create_executed_run, run_cancel, version_spec
+from runs.models import Run
+
+# A result in flight: its run is running, or its output is being scored.
+ACTIVE = (ExperimentResult.Status.RUNNING, ExperimentResult.Status.SCORING)
+
+
+def experiment_advance(*, experiment_id: int) -> None:
+    """Start as many pending items as the concurrency allows, finish a cancelled
+    experiment, or finalize one with nothing left. Safe to call any number of times."""
+    cancel_runs: list[int] = []
+    with transaction.atomic():
+        experiment = (
+            Experiment.objects.select_for_update(of=("self",))
+            .select_related("project__organization", "agent_version__agent", "dataset")
+            .filter(pk=experiment_id)
+            .first()
+        )
+        if experiment is None or experiment.ended:
+            return
+        if experiment.status == Experiment.Status.QUEUED:
+            experiment.status = Experiment.Status.RUNNING
+            experiment.started_at = timezone.now()
+            experiment.save(update_fields=["status", "started_at", "updated_at"])
+        results = ExperimentResult.objects.filter(experiment=experiment)
+        if experiment.cancel_requested:
+            cancel_runs = list(
+                results.filter(status=ExperimentResult.Status.RUNNING, run__isnull=False).values_list(
+                    "run_id", flat=True
+                )
+            )
+            if not results.filter(status__in=ACTIVE).exists():
+                _finalize(experiment, status=experiment.metadata.get("stop_status", Experiment.Status.CANCELLED))
+        elif experiment.kind == Experiment.Kind.EXECUTED:
+            active = results.filter(status__in=ACTIVE).count()
+            free = experiment.concurrency - active
+            if free > 0:
+                pending = list(
+                    results.filter(status=ExperimentResult.Status.PENDING).select_related("item").order_by("id")[:free]
+                )
+                for result in pending:
+                    _start_item(experiment, result)
+                if pending:
+                    started = [result.pk for result in pending]
+                    transaction.on_commit(lambda: _announce_started(experiment.pk, started))
+                if not pending and active == 0:
+                    _finalize(experiment)
+        else:  # external: ends when every item is reported and scored, or when its harness says so
+            waiting_for = (
+                ACTIVE if experiment.metadata.get("complete_requested") else (ExperimentResult.Status.PENDING, *ACTIVE)
+            )
+            if not results.filter(status__in=waiting_for).exists():
+                _finalize(experiment)
+    for run_id in cancel_runs:
+        run = Run.objects.filter(pk=run_id).first()
+        if run is not None and run.status not in Run.ENDED:
+            try:
+                run_cancel(run=run, actor=None)
+            except Conflict:  # it ended meanwhile; its result is scored as usual
+                pass
+
+
+def _start_item(experiment: Experiment, result: ExperimentResult) -> None:
+    version = experiment.agent_version
+    if version is None:  # the agent was deleted after the experiment started
+        result.status = ExperimentResult.Status.ERROR
+        result.error = "the experiment's agent version no longer exists"
+        result.ended_at = result.updated_at = timezone.now()
+        result.save(update_fields=["status", "error", "ended_at", "updated_at"])
+        count_finished(experiment, result)
+        return
+    run = create_executed_run(
+        project=experiment.project,
+        actor=None,
+        api_key=experiment.api_key,
+        name=f"{experiment.name} · {result.item_key}"[:500],
+        agent_name=version.agent.name,
+        version=version,
+        input=result.item.input,
+        spec=version_spec(version),
+        parameters=dict(experiment.parameters),
+        fields={
+            "environment": "experiment",
+            "tags": [f"experiment:{experiment.pk}"],
+            "metadata": {"experiment": experiment.pk, "dataset_item": result.item_key},
+        },
+        audit=None,
+    )
+    result.run = run
+    result.status = ExperimentResult.Status.RUNNING
+    result.started_at = result.updated_at = timezone.now()
+    result.save(update_fields=["run", "status", "started_at", "updated_at"])
+
+
+def _announce_started(experiment_id: int, result_ids: list[int]) -> None:
+    live.announce_started(experiment_id=experiment_id, result_ids=result_ids)
+
+
+def _finalize(experiment: Experiment, *, status: str | None = None) -> None:
+    """Aggregate the results and end the experiment (inside advance's transaction)."""
+    results = list(
+        ExperimentResult.objects.filter(experiment=experiment).values("status", "scores", "latency_ms", "cost", "error")
+    )
+    summary = summarize(experiment.evaluators, results, seed=experiment.pk)
+    finished = [
+        row for row in results if row["status"] in (ExperimentResult.Status.DONE, ExperimentResult.Status.ERROR)
+    ]
+    errored = [row for row in finished if row["status"] == ExperimentResult.Status.ERROR]
+    if status is None:
+        status = Experiment.Status.FAILED if finished and len(errored) == len(finished) else Experiment.Status.SUCCEEDED
+    if status == Experiment.Status.FAILED and not experiment.error:
+        experiment.error = f"every item failed; the first: {errored[0]['error']}"[:2000]
+    experiment.summary = summary
+    experiment.status = status
+    experiment.ended_at = timezone.now()
+    experiment.save(update_fields=["summary", "status", "ended_at", "error", "updated_at"])
+    transaction.on_commit(lambda: _after_end(experiment.pk))
+
+
+def _after_end(experiment_id: int) -> None:
+    live.announce_ended(experiment_id=experiment_id)
+    tasks.experiment_ended.delay(Experiment.objects.get(pk=experiment_id).organization_id, experiment_id)

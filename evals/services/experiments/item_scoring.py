@@ -1,0 +1,182 @@
+"""Scoring one item: when its run ends (``on_run_ended``, the receiver of
+``runs.signals.run_ended``) or its output is reported (``external``), its result is
+marked ``scoring`` and ``score_result`` runs the experiment's evaluators on it, stores
+the scores, the cost, tokens and latency, adds it to the running totals (``totals``) and
+advances the experiment: the freed slot starts the next item.
+
+Scoring after a run happens on the worker where the run ended when there is one (no hop
+through the broker), else on a worker (``evals.tasks.score_result``); what a dead worker
+dropped is picked up by recovery. The evaluators run outside any transaction (a judge
+may take seconds); the result is then stored only if it is still being scored and was
+not reported again meanwhile, so scoring twice is harmless. The platform's evaluator
+wins over a reported score of the same name.
+"""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+from celery import current_task
+from django.db import transaction
+from django.utils import timezone
+
+from evals import live, tasks
+from evals.models import Experiment, ExperimentResult, Score
+from evals.scoring import Subject, evaluate, passed
+from evals.services.experiments.advance import ACTIVE, experiment_advance
+from evals.services.experiments.totals import count_finished
+from runs.models import Run
+
+logger = logging.getLogger(__name__)
+
+
+def on_run_ended(sender, run: Run, status: str, **kwargs) -> None:
+    """``runs.signals.run_ended`` receiver: the item whose run this is gets scored."""
+    ids = list(
+        ExperimentResult.objects.filter(run_id=run.pk, status=ExperimentResult.Status.RUNNING).values_list(
+            "id", flat=True
+        )
+    )
+    if not ids:
+        return
+    ExperimentResult.objects.filter(id__in=ids, status=ExperimentResult.Status.RUNNING).update(
+        status=ExperimentResult.Status.SCORING, updated_at=timezone.now()
+    )
+    organization_id = run.organization_id
+    transaction.on_commit(lambda: _score_soon(organization_id, ids))
+
+
+def _score_soon(organization_id: int, result_ids: list[int]) -> None:
+    """Score on this worker right away when the run ended on one (the executor's task:
+    no hop through the broker); from anywhere else (a request that cancelled a queued
+    run), on a worker. Any failure here leaves the result to the task and to recovery."""
+    request = getattr(current_task, "request", None)  # a proxy: no task, no request
+    if request is None or not request.id:
+        enqueue_scoring(organization_id, result_ids)
+        return
+    for result_id in result_ids:
+        try:
+            score_result(result_id=result_id)
+        except Exception:  # noqa: BLE001 - the run is stored; scoring is retried on a worker
+            logger.exception("result %s: scoring after its run failed; queued again", result_id)
+            enqueue_scoring(organization_id, [result_id])
+
+
+def score_result(*, result_id: int) -> None:
+    """Run the experiment's evaluators on one item's output and store the scores, the
+    cost and the latency; then advance the experiment. Idempotent: a result already
+    done is left alone, and scores are upserted."""
+    result = (
+        ExperimentResult.objects.select_related("experiment__project__organization", "item", "run")
+        .filter(pk=result_id)
+        .first()
+    )
+    if result is None or result.status not in ACTIVE:
+        return
+    seen = result.updated_at  # a newer report while this one is scored starts over
+    experiment = result.experiment
+    run = result.run
+    if experiment.kind == Experiment.Kind.EXECUTED:
+        if run is None or run.status not in Run.ENDED:
+            return  # not ended yet: its end will bring it back
+        subject = Subject.from_run(run, item=result.item)
+        error = "" if run.status == Run.Status.SUCCEEDED else (run.error or f"the run {run.status}")
+        cost, tokens, latency = run.total_cost, run.input_tokens + run.output_tokens, run.latency_ms
+        output = run.output
+    else:
+        reported = result.reported or {}
+        subject = Subject.reported(
+            item=result.item,
+            output=result.output,
+            cost=result.cost,
+            latency_ms=result.latency_ms,
+            tokens=result.tokens,
+            steps=reported.get("steps"),
+            tool_calls=reported.get("tool_calls"),
+        )
+        error = result.error
+        cost, tokens, latency, output = result.cost, result.tokens, result.latency_ms, result.output
+    reported_scores = {name: value for name, value in (result.reported or {}).get("scores", {}).items()}
+    outcomes = [
+        (spec, evaluate(spec, subject, organization=experiment.project.organization)) for spec in experiment.evaluators
+    ]
+
+    with transaction.atomic():
+        result = ExperimentResult.objects.select_for_update().filter(pk=result_id).first()
+        if result is None or result.status not in ACTIVE:
+            return
+        if result.updated_at != seen:  # reported again meanwhile: that report's scoring task stores it
+            return
+        scores: dict[str, float | None] = {}
+        rows = []
+        for spec, outcome in outcomes:
+            scores[spec["name"]] = outcome.value
+            rows.append(
+                Score(
+                    organization_id=result.organization_id,
+                    project_id=result.project_id,
+                    run=run,
+                    result=result,
+                    evaluator_id=spec.get("id"),
+                    name=spec["name"],
+                    value=outcome.value,
+                    passed=passed(spec, outcome.value),
+                    reasoning=outcome.reasoning,
+                    details=outcome.details,
+                    error=outcome.error,
+                    source=Score.Source.EXPERIMENT,
+                )
+            )
+        for name, value in reported_scores.items():
+            if name in scores:
+                continue  # the platform's evaluator of that name wins
+            scores[name] = value
+            rows.append(
+                Score(
+                    organization_id=result.organization_id,
+                    project_id=result.project_id,
+                    run=run,
+                    result=result,
+                    name=name,
+                    value=value,
+                    passed=None,
+                    source=Score.Source.EXTERNAL,
+                )
+            )
+        Score.objects.filter(result=result).delete()
+        Score.objects.bulk_create(rows)
+        result.scores = scores
+        result.output = output
+        result.cost = cost or Decimal(0)
+        result.tokens = tokens or 0
+        result.latency_ms = latency
+        result.error = error
+        result.status = ExperimentResult.Status.ERROR if error else ExperimentResult.Status.DONE
+        result.ended_at = result.updated_at = timezone.now()
+        result.save(
+            update_fields=[
+                "scores",
+                "output",
+                "cost",
+                "tokens",
+                "latency_ms",
+                "error",
+                "status",
+                "ended_at",
+                "updated_at",
+            ]
+        )
+        count_finished(experiment, result)
+        transaction.on_commit(lambda: _announce_result(experiment.pk, result.pk))
+    experiment_advance(experiment_id=experiment.pk)
+
+
+def _announce_result(experiment_id: int, result_id: int) -> None:
+    live.announce_result(experiment_id=experiment_id, result_id=result_id)
+
+
+def enqueue_scoring(organization_id: int, result_ids: list[int]) -> None:
+    """Queue each result's scoring on a worker (``evals.tasks.score_result``)."""
+    for result_id in result_ids:
+        tasks.score_result.delay(organization_id, result_id)
