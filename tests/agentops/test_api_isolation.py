@@ -9,7 +9,7 @@ from agentops.scoping import dangerously_unscoped, organization_scope
 from agentops.services.api_keys import api_key_create
 from agentops.services.audit import audit_record
 from agentops.services.secrets import provider_secret_set
-from tests.factories import MembershipFactory, ProjectFactory, UserFactory
+from tests.agentops.factories import MembershipFactory, ProjectFactory, UserFactory
 from tests.isolation import (
     CreateIsolation,
     DeleteIsolation,

@@ -21,8 +21,8 @@ from agentops.services.api_keys import api_key_create
 from agentops.services.audit import audit_record
 from agentops.services.invitations import invitation_create
 from agentops.services.secrets import provider_secret_set
+from tests.agentops.factories import MembershipFactory, OrganizationFactory, UserFactory
 from tests.agentops.test_api_core import wait_for_mail
-from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
 ORG = "/o/acme"
 PROJECT = "/o/acme/p/agent"

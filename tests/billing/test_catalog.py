@@ -15,7 +15,7 @@ from billing.models import Price
 from billing.services import gpu_hourly_rate, price_for, prices_changed, step_cost, tool_cost
 from runs.models import Step
 from runs.services.ingest import StepEvent, ingest
-from tests.factories import UserFactory
+from tests.agentops.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ import pytest
 from agentops.scoping import organization_scope
 from evals.models import Experiment, ExperimentResult
 from runs.services.agents import agent_create
-from tests.evals.helpers import drive, make_dataset, make_evaluator
+from tests.evals.factories import drive, make_dataset, make_evaluator
 
 BASE = "/api/v1/projects/{org}/{project}/experiments/"
 

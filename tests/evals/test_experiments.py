@@ -22,7 +22,7 @@ from evals.services.experiments import (
 from runs.models import Run
 from runs.services.agents import agent_create
 from runs.services.execute import run_execute
-from tests.evals.helpers import drive, make_dataset, make_evaluator
+from tests.evals.factories import drive, make_dataset, make_evaluator
 
 
 def _items(n: int) -> list[dict]:

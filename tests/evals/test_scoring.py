@@ -26,7 +26,7 @@ from evals.services.scoring import (
 )
 from runs.models import Run
 from runs.services.ingest import RunEvent, StepEvent, ToolCallEvent, ingest
-from tests.evals.helpers import make_evaluator
+from tests.evals.factories import make_evaluator
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 

@@ -11,8 +11,8 @@ from agentops.scoping import organization_scope
 from jobs import services
 from jobs.models import ComputeBackend, Job, JobLogLine
 from jobs.services import job_poll
-from tests.evals.helpers import make_dataset, make_evaluator
-from tests.jobs.helpers import ScriptedBackend, make_backend
+from tests.evals.factories import make_dataset, make_evaluator
+from tests.jobs.factories import ScriptedBackend, make_backend
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from billing.models import UsageDaily
 from evals import selectors
 from jobs.models import Job, JobLogLine
 from jobs.services import backend_create
-from tests.evals.helpers import make_dataset, make_evaluator
+from tests.evals.factories import make_dataset, make_evaluator
 
 
 def _wait_for_end(job_id: int, timeout: float = 90) -> Job:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from agentops.scoping import organization_scope
 from runs.models import Run
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
-from tests.factories import ProjectFactory
+from tests.agentops.factories import ProjectFactory
 from tests.isolation import ListIsolation, ReadIsolation
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

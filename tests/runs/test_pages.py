@@ -23,7 +23,7 @@ from runs.live import render_runs_ingested
 from runs.models import Run, SavedView, Step
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.views import display
-from tests.factories import ProjectFactory
+from tests.agentops.factories import ProjectFactory
 
 BASE = "/o/acme/p/agent/runs"
 HTMX = {"HTTP_HX_REQUEST": "true"}

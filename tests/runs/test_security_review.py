@@ -22,7 +22,7 @@ from agentops.scoping import organization_scope
 from runs.live import render_runs_ingested
 from runs.models import IngestSettings, Run, SavedView
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
-from tests.factories import ProjectFactory
+from tests.agentops.factories import ProjectFactory
 
 BASE = "/o/acme/p/agent/runs"
 HTMX = {"HTTP_HX_REQUEST": "true"}
