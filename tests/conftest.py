@@ -60,6 +60,17 @@ def outsider(other_tenant):
 
 
 @pytest.fixture
+def signed_in(client):
+    """Sign ``user`` in on the test client; the client."""
+
+    def sign_in(user):
+        client.force_login(user)
+        return client
+
+    return sign_in
+
+
+@pytest.fixture
 def api_client():
     return APIClient()
 
