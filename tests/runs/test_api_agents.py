@@ -5,9 +5,9 @@ import json
 import pytest
 
 from agentops.scoping import organization_scope
-from runs.models import Run
-from runs.services.agents import agent_create
-from tests.isolation import ListIsolation, ReadIsolation
+from runs.models import Run, WebhookTool
+from runs.services.agents import agent_create, webhook_tool_create
+from tests.isolation import CreateIsolation, DeleteIsolation, ListIsolation, ReadIsolation
 
 BASE = "/api/v1/projects/acme/agent"
 
@@ -99,6 +99,30 @@ class TestAgentIsolation(ReadIsolation, ListIsolation):
 
     def list_url(self, tenant):
         return f"/api/v1/projects/{tenant.organization.slug}/agent/agents/"
+
+
+class TestWebhookToolIsolation(ReadIsolation, DeleteIsolation, ListIsolation, CreateIsolation):
+    create_body = {"name": "crm_lookup", "url": "http://127.0.0.1:9/hook"}
+
+    def make_object(self, tenant):
+        with organization_scope(tenant.organization):
+            tool, _secret = webhook_tool_create(
+                project=tenant.project, actor=None, name="lookup", url="http://127.0.0.1:9/hook"
+            )
+        return tool
+
+    def detail_url(self, url_tenant, tool):
+        return f"/api/v1/projects/{url_tenant.organization.slug}/agent/webhook-tools/{tool.pk}/"
+
+    def list_url(self, tenant):
+        return f"/api/v1/projects/{tenant.organization.slug}/agent/webhook-tools/"
+
+    def created_organization_id(self, response):
+        return WebhookTool.dangerously_unscoped_objects.get(pk=response.json()["id"]).organization_id
+
+
+class TestWebhookToolIsolationWithApiKey(TestWebhookToolIsolation):
+    as_key = True
 
 
 def test_a_run_start_with_fields_it_does_not_have_is_refused_naming_them(tenant, client_for):
