@@ -5,9 +5,9 @@ import json
 import pytest
 
 from agentops.scoping import organization_scope
-from runs.models import Run, WebhookTool
+from runs.models import Agent, Run, WebhookTool
 from runs.services.agents import agent_create, webhook_tool_create
-from tests.isolation import CreateIsolation, DeleteIsolation, ListIsolation, ReadIsolation
+from tests.isolation import CreateIsolation, DeleteIsolation, ListIsolation, ReadIsolation, UpdateIsolation
 
 BASE = "/api/v1/projects/acme/agent"
 
@@ -90,7 +90,10 @@ def test_start_with_another_projects_agent_is_404(tenant, other_tenant, client_f
     assert response.status_code == 404
 
 
-class TestAgentIsolation(ReadIsolation, ListIsolation):
+class TestAgentIsolation(ReadIsolation, UpdateIsolation, ListIsolation, CreateIsolation):
+    update_body = {"system_prompt": "taken over"}
+    create_body = {"name": "support", "model": "offline"}
+
     def make_object(self, tenant):
         return _agent(tenant, name=f"agent-{tenant.organization.slug}")
 
@@ -99,6 +102,13 @@ class TestAgentIsolation(ReadIsolation, ListIsolation):
 
     def list_url(self, tenant):
         return f"/api/v1/projects/{tenant.organization.slug}/agent/agents/"
+
+    def created_organization_id(self, response):
+        return Agent.dangerously_unscoped_objects.get(pk=response.json()["id"]).organization_id
+
+
+class TestAgentIsolationWithApiKey(TestAgentIsolation):
+    as_key = True
 
 
 class TestWebhookToolIsolation(ReadIsolation, DeleteIsolation, ListIsolation, CreateIsolation):
