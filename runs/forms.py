@@ -1,5 +1,8 @@
-"""Forms of the runs pages. They only parse the query string into the selectors' terms
-(``RunFilters``, a time range); what the filters mean lives in ``runs.selectors``."""
+"""Forms of the runs pages: the list's and the dashboard's filters, parsed from the query
+string into the selectors' terms (``RunFilters``, a time range; what they mean lives in
+``runs.selectors``), and the posted forms of saved views, ingestion settings, agents,
+starting a run, webhook tools and replays, which hand their cleaned values to the
+services."""
 
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ from jobs.models import Job
 from runs.models import Run
 from runs.services.agents import agent_create
 from runs.services.ingest import RunEvent, ingest
-from tests.evals.helpers import make_dataset, make_evaluator
-from tests.jobs.helpers import make_backend
+from tests.evals.factories import make_dataset, make_evaluator
+from tests.jobs.factories import make_backend
 
 WRITE_METHODS = ("post", "put", "patch", "delete")
 # OTLP/JSON receivers must ignore unknown fields (opentelemetry-proto specification), and

@@ -12,7 +12,7 @@ from agentops.models import ApiKey, Organization, Project
 from agentops.roles import Role
 from agentops.scoping import organization_scope
 from agentops.services.api_keys import api_key_create
-from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
+from tests.agentops.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
 from tests.fake_mistral import fake_mistral  # noqa: F401 - a fixture for every test module
 from tests.redirect_trap import redirect_trap  # noqa: F401 - a fixture for every test module
 
@@ -57,6 +57,17 @@ def other_tenant(db) -> Tenant:
 def outsider(other_tenant):
     """A user who belongs to another organization only."""
     return other_tenant.owner
+
+
+@pytest.fixture
+def signed_in(client):
+    """Sign ``user`` in on the test client; the client."""
+
+    def sign_in(user):
+        client.force_login(user)
+        return client
+
+    return sign_in
 
 
 @pytest.fixture

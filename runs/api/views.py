@@ -2,8 +2,9 @@
 filters, sorting and cursor pagination, one run with its steps, messages, tool calls
 and memory, sessions, and an export of runs as JSON Lines.
 
-Every endpoint needs ``work:read`` (any member of the organization, or an API key of
-this project with the ``read`` scope). The views parse the query, call one selector of
+Every read needs ``work:read`` (any member of the organization, or an API key of this
+project with the ``read`` scope); starting an agent's run (``POST runs/``) needs
+``work:write`` (a member, or a key with the ``execute`` scope). The views parse the query, call one selector of
 ``runs.selectors`` (which returns rows of ``self.project`` only, inside the
 organization scope the base class entered) and render.
 """

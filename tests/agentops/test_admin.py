@@ -3,7 +3,7 @@
 import pytest
 
 from agentops.services.audit import audit_record
-from tests.factories import UserFactory
+from tests.agentops.factories import UserFactory
 
 
 @pytest.fixture

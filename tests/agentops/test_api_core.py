@@ -7,7 +7,7 @@ from django.core import mail
 
 from agentops.models import Membership, Organization
 from agentops.scoping import organization_scope
-from tests.factories import MembershipFactory, UserFactory
+from tests.agentops.factories import MembershipFactory, UserFactory
 
 
 def wait_for_mail(count: int, timeout: float = 30) -> None:

@@ -18,7 +18,7 @@ from django.core.cache import cache
 from django.test import Client
 from django.urls import reverse
 
-from tests.factories import PASSWORD, UserFactory
+from tests.agentops.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 
 from tests import oidc_provider as local_idp
-from tests.factories import PASSWORD, UserFactory
+from tests.agentops.factories import PASSWORD, UserFactory
 from tests.oidc_provider import LOGIN_PATH, PROVIDER_ID, OidcProvider
 
 # The provider's fixtures, assigned here so that pytest finds them for these tests.

@@ -7,7 +7,7 @@ from django.utils import timezone
 from agentops.models import IdempotencyRecord, Invitation, Project
 from agentops.scoping import organization_scope
 from agentops.services.idempotency import request_fingerprint
-from tests.factories import ProjectFactory
+from tests.agentops.factories import ProjectFactory
 
 
 def _projects_url(tenant):

@@ -12,17 +12,22 @@ import pytest
 from django.core import mail
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from rest_framework.views import APIView
 
+from agentops.api.base import OrganizationEndpoint, ProjectEndpoint
 from agentops.models import ApiKey, AuditEvent, Invitation, Membership, Organization, Project, ProviderSecret
-from agentops.pages import Need, OrganizationPage
+from agentops.pages import Need, OrganizationPage, ProjectPage, SignedInPage
 from agentops.roles import Role
 from agentops.scoping import organization_scope
 from agentops.services.api_keys import api_key_create
 from agentops.services.audit import audit_record
 from agentops.services.invitations import invitation_create
 from agentops.services.secrets import provider_secret_set
+from jobs.api.views import JobTokenEndpoint
+from runs.api.otlp import OtlpExportView
+from tests.agentops.factories import MembershipFactory, OrganizationFactory, UserFactory
 from tests.agentops.test_api_core import wait_for_mail
-from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
 ORG = "/o/acme"
 PROJECT = "/o/acme/p/agent"
@@ -202,23 +207,61 @@ def test_object_ids_of_another_organization_are_404_under_ones_own(signed_in, te
     assert foreign_member.role == Role.MEMBER
 
 
-def test_every_organization_url_goes_through_the_page_access_check():
-    """A page under /o/<org_slug>/ that is not an OrganizationPage could skip the check."""
+# The routes served by neither the scoped API endpoints (agentops/api/base.py) nor the
+# scoped pages (agentops/pages.py), each with the base it has instead and why. None names
+# an organization or a project: those always go through the scoped bases.
+UNSCOPED_ROUTES = {
+    "healthz": (None, "the load balancer's probe: no user, no tenant data"),
+    "readyz": (None, "the load balancer's probe: no user, no tenant data"),
+    "": (None, "home: sends a visitor to the login page, a member to their first organization"),
+    "api/schema/": (SpectacularAPIView, "the public OpenAPI schema of the API"),
+    "api/docs/": (SpectacularSwaggerSplitView, "the API docs page showing that schema"),
+    "api/v1/me/": (APIView, "the signed-in user themself, outside any organization"),
+    "api/v1/organizations/": (APIView, "the user's own organizations, and creating one"),
+    "api/v1/invitations/accept/": (APIView, "accepting an invitation sent to the user, before membership"),
+    "api/v1/otlp/v1/traces": (OtlpExportView, "OTLP receiver: the API key names its project (run:ingest)"),
+    "api/v1/otlp/v1/logs": (OtlpExportView, "OTLP receiver: the API key names its project (run:ingest)"),
+    "api/v1/jobs/<int:job_id>/items/": (JobTokenEndpoint, "a job's own token, for that job only"),
+    "api/v1/jobs/<int:job_id>/results/": (JobTokenEndpoint, "a job's own token, for that job only"),
+}
+# Whole trees mounted from libraries: the Django admin (staff only, across organizations by
+# design: tests/agentops/test_admin.py) and allauth's sign-in, sign-up and password pages.
+# Static files are served outside the URLconf (tests/agentops/test_staticfinders.py).
+UNSCOPED_TREES = ("admin/", "accounts/")
 
-    def walk(patterns, prefix=""):
-        for pattern in patterns:
-            if isinstance(pattern, URLResolver):
-                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
-            elif isinstance(pattern, URLPattern):
-                yield prefix + str(pattern.pattern), pattern.callback
 
-    checked = 0
-    for route, callback in walk(get_resolver().url_patterns):
-        if "<slug:org_slug>" in route and not route.startswith("api/"):
-            view_class = getattr(callback, "view_class", None)
-            assert view_class is not None and issubclass(view_class, OrganizationPage), route
-            checked += 1
-    assert checked >= 20
+def _routes(patterns=None, prefix=""):
+    """Every route of the URLconf, with the class serving it (None for a function view)."""
+    for pattern in get_resolver().url_patterns if patterns is None else patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _routes(pattern.url_patterns, prefix + str(pattern.pattern))
+        elif isinstance(pattern, URLPattern):
+            yield prefix + str(pattern.pattern), getattr(pattern.callback, "view_class", None)
+
+
+def test_every_route_is_served_by_a_scoped_api_endpoint_or_page():
+    """An API route that is not an OrganizationEndpoint, or a page that is not an
+    OrganizationPage, could skip the access check; one naming a project must check it."""
+    routes = dict(_routes())
+    problems = []
+    for route, view_class in routes.items():
+        if route.startswith(UNSCOPED_TREES):
+            continue
+        if route in UNSCOPED_ROUTES:
+            base, _why = UNSCOPED_ROUTES[route]
+            if "<slug:org_slug>" in route or not (base is None or (view_class and issubclass(view_class, base))):
+                problems.append(f"{route}: listed as served by {base}, is {view_class}")
+            continue
+        api = route.startswith("api/")
+        scoped = (OrganizationEndpoint, ProjectEndpoint) if api else (OrganizationPage, ProjectPage)
+        wanted = scoped[1] if "<slug:project_slug>" in route else scoped[0]
+        if not api and "<slug:org_slug>" not in route:
+            wanted = (OrganizationPage, SignedInPage)  # a page outside any organization
+        if view_class is None or not issubclass(view_class, wanted):
+            problems.append(f"{route}: {view_class} is not a {wanted}")
+    assert problems == []
+    assert sorted(set(UNSCOPED_ROUTES) - set(routes)) == [], "listed exceptions that are no route"
+    assert sum(route.startswith("api/v1/") for route in routes) >= 60 and len(routes) >= 150
 
 
 def test_a_page_that_overrides_dispatch_is_refused_when_defined():

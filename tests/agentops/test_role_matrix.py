@@ -13,7 +13,7 @@ from agentops.models import Invitation
 from agentops.scoping import organization_scope
 from agentops.services.api_keys import api_key_create
 from agentops.services.secrets import provider_secret_set
-from tests.factories import MembershipFactory, UserFactory
+from tests.agentops.factories import MembershipFactory, UserFactory
 
 ALL = {"owner", "admin", "member", "viewer"}
 ADMINS = {"owner", "admin"}

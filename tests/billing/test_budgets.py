@@ -148,7 +148,7 @@ def test_soft_budgets_and_other_scopes_do_not_block(tenant, other_tenant, make_a
 
 
 def test_project_budget_blocks_its_project_only(tenant):
-    from tests.factories import ProjectFactory
+    from tests.agentops.factories import ProjectFactory
 
     other_project = ProjectFactory(organization=tenant.organization, slug="other")
     org_budget(tenant, scope="project", project=tenant.project, amount="1", hard_limit=True)

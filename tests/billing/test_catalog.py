@@ -15,7 +15,7 @@ from billing.models import Price
 from billing.services import gpu_hourly_rate, price_for, prices_changed, step_cost, tool_cost
 from runs.models import Step
 from runs.services.ingest import StepEvent, ingest
-from tests.factories import UserFactory
+from tests.agentops.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -407,3 +407,27 @@ def test_the_form_refuses_an_llm_price_without_rates_and_a_broken_regex(staff, c
     body = response.content.decode()
     assert "Not a valid regular expression" in body and "Required for a LLM tokens price" in body
     assert not Price.objects.filter(pattern="acme-(").exists()
+
+
+def test_a_step_older_than_the_first_recorded_price_is_priced_with_it(db):
+    # The seeded prices take effect on 2026-07-02: a trace from June was "unpriced".
+    cost = step_cost(
+        model="mistral-large-2512",
+        input_tokens=1_000_000,
+        cached_input_tokens=0,
+        output_tokens=0,
+        at=datetime(2026, 6, 1, tzinfo=UTC),
+    )
+    assert cost.amount == Decimal("0.500000000") and cost.price_id is not None
+
+
+def test_price_patterns_match_whatever_their_case(db):
+    from billing.models import Price
+    from billing.services import prices_changed
+
+    Price.objects.create(
+        pattern="Acme-Chat-", match="prefix", input_per_million=Decimal("1"), output_per_million=Decimal("1")
+    )
+    prices_changed()
+    cost = step_cost(model="acme-chat-7", input_tokens=1_000_000, cached_input_tokens=0, output_tokens=0)
+    assert cost.amount == Decimal("1.000000000")

@@ -19,7 +19,7 @@ from billing.budgets import budget_create, check_work_allowed, utc_today
 from billing.ledger import COMPUTE_AGENT, compute_usage_record, ledger_rebuild
 from billing.models import BudgetAlert, ComputeUsage, UsageDaily
 from billing.services import gpu_hourly_rate
-from tests.billing.helpers import build_ledger, make_run, make_step
+from tests.billing.factories import build_ledger, make_run, make_step
 
 START = datetime(2026, 11, 19, 10, 0, tzinfo=UTC)
 BEFORE_MIDNIGHT = datetime(2026, 11, 19, 23, 0, tzinfo=UTC)
@@ -264,7 +264,7 @@ def test_compute_usage_is_tenant_scoped(tenant, other_tenant):
 
 
 def test_the_console_drills_down_to_the_jobs_behind_a_number(tenant, client):
-    from tests.factories import UserFactory
+    from tests.agentops.factories import UserFactory
 
     record(tenant, job_id=41)
     record(tenant, job_id=42, ended_at=START + timedelta(minutes=30))

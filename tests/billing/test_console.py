@@ -16,8 +16,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from agentops.csvexport import original_text
 from billing.models import ComputeUsage, CostRevision, Price, StepCostChange
 from billing.reconcile import ReconcileError, parse_usage_csv
-from tests.billing.helpers import build_ledger, days_ago, ledger_row, make_run, make_step, today
-from tests.factories import UserFactory
+from tests.agentops.factories import UserFactory
+from tests.billing.factories import build_ledger, days_ago, ledger_row, make_run, make_step, today
 
 CONSOLE = "/admin/billing/usagedaily/"
 PAGES = ["spend/", "runs/?project=1&day=2025-01-01&model=x", "runs/1/", "recompute/", "reconcile/", ""]

@@ -13,8 +13,8 @@ import pytest
 
 from agentops.csvexport import original_text
 from billing.models import Budget, BudgetAlert
-from tests.billing.helpers import build_ledger, days_ago, ledger_row, make_run, make_step, today
-from tests.factories import ProjectFactory
+from tests.agentops.factories import ProjectFactory
+from tests.billing.factories import build_ledger, days_ago, ledger_row, make_run, make_step, today
 
 URL = "/o/acme/billing/"
 

@@ -13,8 +13,8 @@ from agentops.models import AuditEvent
 from billing.models import CostRevision, LedgerBacklog, Price, StepCostChange, UsageDaily
 from billing.recompute import apply_recompute, preview_recompute
 from runs.models import Run, Step
-from tests.billing.helpers import build_ledger, days_ago, make_run, make_step
-from tests.factories import UserFactory
+from tests.agentops.factories import UserFactory
+from tests.billing.factories import build_ledger, days_ago, make_run, make_step
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from billing.ledger import ledger_rebuild, ledger_refresh
 from billing.models import LedgerBacklog, Price, RunUsage, UsageDaily
 from billing.recompute import preview_recompute
 from billing.usage import register_usage_source, unregister_usage_source
-from tests.billing.helpers import days_ago, make_run, make_step
+from tests.billing.factories import days_ago, make_run, make_step
 
 pytestmark = pytest.mark.django_db
 

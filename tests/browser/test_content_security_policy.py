@@ -16,7 +16,7 @@ from runs.models import Run
 from tests.browser.conftest import chromium_page
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.browser.test_runs_pages import _sign_in, _wait_live
-from tests.evals.helpers import make_dataset
+from tests.evals.factories import make_dataset
 from tests.evals.test_experiment_pages import constructed, url
 from tests.runs.test_pages import store, support_run
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 from tests.browser.conftest import chromium_page
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.browser.test_runs_pages import _console_errors, _sign_in
-from tests.evals.helpers import make_dataset
+from tests.evals.factories import make_dataset
 from tests.evals.test_experiment_pages import constructed
 
 pytestmark = pytest.mark.browser

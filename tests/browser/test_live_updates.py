@@ -11,8 +11,8 @@ import pytest
 
 from agentops.scoping import organization_scope
 from agentops.services.organizations import project_update
+from tests.agentops.factories import PASSWORD
 from tests.browser.conftest import chromium_page, wait_until
-from tests.factories import PASSWORD
 
 pytestmark = pytest.mark.browser
 

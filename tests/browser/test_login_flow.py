@@ -9,8 +9,8 @@ import pytest
 
 from agentops.models import ApiKey, Membership, Organization
 from agentops.scoping import dangerously_unscoped
+from tests.agentops.factories import PASSWORD, UserFactory
 from tests.browser.conftest import chromium_page
-from tests.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.browser
 

@@ -14,9 +14,9 @@ from django.utils import timezone
 from agentops.scoping import organization_scope
 from runs.models import Run
 from runs.services.ingest import StepEvent, ingest
+from tests.agentops.factories import PASSWORD
 from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
-from tests.factories import PASSWORD
 from tests.runs.test_pages import BIG_PAYLOAD_MARKER, T0, big_run_batch, multi_agent_runs, store, support_run
 
 pytestmark = pytest.mark.browser

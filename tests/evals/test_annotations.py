@@ -19,7 +19,7 @@ from evals.services.annotations import (
     submit_scores,
 )
 from runs.models import Run
-from tests.evals.helpers import make_evaluator
+from tests.evals.factories import make_evaluator
 
 
 def make_runs(tenant, count: int, **fields) -> list[Run]:

@@ -11,7 +11,7 @@ from agentops.scoping import organization_scope
 from evals.models import AnnotationQueue, OnlineRule, QueueEntry, Score
 from evals.services.annotations import queue_add_runs, queue_create, submit_scores
 from evals.services.online import rule_create
-from tests.evals.helpers import make_evaluator
+from tests.evals.factories import make_evaluator
 from tests.evals.test_annotations import make_runs
 from tests.isolation import CreateIsolation, ListIsolation, ReadIsolation, TenantIsolationChecks
 

@@ -9,7 +9,7 @@ from agentops import crypto
 from agentops.models import AuditEvent
 from agentops.scoping import organization_scope
 from evals.models import Evaluator, OnlineRule
-from tests.evals.helpers import make_evaluator
+from tests.evals.factories import make_evaluator
 from tests.isolation import TenantIsolationChecks
 
 BASE = "/api/v1/projects/acme/agent"

@@ -7,9 +7,12 @@ import uuid
 import pytest
 
 from agentops.scoping import organization_scope
-from evals.models import Experiment, ExperimentResult
+from evals.models import Dataset, Evaluator, Experiment, ExperimentResult
+from evals.services.experiments import experiment_start
+from runs.models import Agent
 from runs.services.agents import agent_create
-from tests.evals.helpers import drive, make_dataset, make_evaluator
+from tests.evals.factories import drive, make_dataset, make_evaluator
+from tests.isolation import CreateIsolation, ListIsolation, ReadIsolation
 
 BASE = "/api/v1/projects/{org}/{project}/experiments/"
 
@@ -18,8 +21,9 @@ def _url(tenant, suffix=""):
     return BASE.format(org=tenant.organization.slug, project=tenant.project.slug) + suffix
 
 
-@pytest.fixture
-def evals_setup(tenant):
+def evals_setup_for(tenant):
+    """An agent "echo", a dataset "qa" of 10 items (7 answered by echoing) and an evaluator
+    "mentions" in ``tenant``'s project."""
     with organization_scope(tenant.organization):
         agent_create(project=tenant.project, actor=tenant.member, name="echo", model="offline")
     items = [
@@ -29,6 +33,11 @@ def evals_setup(tenant):
     make_dataset(tenant.project, items, name="qa")
     make_evaluator(tenant.project, "mentions", "contains")
     return tenant
+
+
+@pytest.fixture
+def evals_setup(tenant):
+    return evals_setup_for(tenant)
 
 
 def _start_and_finish(tenant, client, **body):
@@ -221,32 +230,53 @@ def test_roles_and_key_scopes(evals_setup, client_for, key_client):
     assert viewer.post(_url(tenant, f"{experiment_id}/cancel/")).status_code == 403
 
 
-def test_another_tenant_sees_nothing(evals_setup, other_tenant, client_for, key_client):
-    tenant = evals_setup
-    experiment_id = _start_and_finish(tenant, client_for(tenant.member))
-    outsider = client_for(other_tenant.owner)
-    for method, suffix, body in [
-        ("get", "", None),
-        ("post", "", {"dataset": "qa", "agent": "echo", "evaluators": ["mentions"]}),
-        ("get", f"{experiment_id}/", None),
-        ("get", f"{experiment_id}/results/", None),
-        ("post", f"{experiment_id}/results/", {"results": [{"item": "q0", "output": "x"}]}),
-        ("post", f"{experiment_id}/complete/", None),
-        ("post", f"{experiment_id}/cancel/", None),
-        (
-            "post",
-            f"{experiment_id}/gate/",
-            {"conditions": [{"metric": "mentions", "comparator": ">=", "threshold": 0}]},
-        ),
-    ]:
-        response = getattr(outsider, method)(_url(tenant, suffix), body, format="json")
-        assert response.status_code == 404, (suffix, response.status_code)
-    # Their own project's URL with this tenant's experiment id: 404 too.
-    own = BASE.format(org=other_tenant.organization.slug, project=other_tenant.project.slug)
-    assert outsider.get(own + f"{experiment_id}/").status_code == 404
-    other_key = key_client(other_tenant.project)
-    assert other_key.get(own + f"{experiment_id}/results/").status_code == 404
-    assert other_key.get(_url(tenant, f"{experiment_id}/")).status_code in (403, 404)
+class TestExperimentIsolation(ReadIsolation, ListIsolation, CreateIsolation):
+    create_body = {"dataset": "qa", "agent": "echo", "evaluators": ["mentions"]}
+
+    @pytest.fixture(autouse=True)
+    def _agents_and_datasets(self, evals_setup, other_tenant):
+        evals_setup_for(other_tenant)
+
+    def make_object(self, tenant):
+        with organization_scope(tenant.organization):
+            return experiment_start(
+                project=tenant.project,
+                actor=tenant.owner,
+                dataset=Dataset.objects.get(project=tenant.project, name="qa"),
+                agent=Agent.objects.get(project=tenant.project, name="echo"),
+                evaluators=list(Evaluator.objects.filter(project=tenant.project, name="mentions")),
+            )
+
+    def detail_url(self, url_tenant, experiment):
+        return _url(url_tenant, f"{experiment.pk}/")
+
+    def list_url(self, tenant):
+        return _url(tenant)
+
+    def created_organization_id(self, response):
+        return Experiment.dangerously_unscoped_objects.get(pk=response.json()["id"]).organization_id
+
+    def test_other_organizations_experiment_is_not_found_on_every_action(self, caller, tenant, other_tenant):
+        foreign = self.make_object(other_tenant)
+        for url_tenant in (tenant, other_tenant):
+            for method, suffix, body in [
+                ("get", "results/", None),
+                ("post", "results/", {"results": [{"item": "q0", "output": "x"}]}),
+                ("post", "complete/", None),
+                ("post", "cancel/", None),
+                ("post", "gate/", {"conditions": [{"metric": "mentions", "comparator": ">=", "threshold": 0}]}),
+                ("get", "export/", None),
+            ]:
+                response = getattr(caller, method)(
+                    f"{self.detail_url(url_tenant, foreign)}{suffix}", body, format="json"
+                )
+                assert response.status_code == 404, (suffix, response.status_code)
+        with organization_scope(other_tenant.organization):
+            assert Experiment.objects.get(pk=foreign.pk).status == Experiment.Status.QUEUED
+
+
+class TestExperimentIsolationWithApiKey(TestExperimentIsolation):
+    as_key = True
 
 
 def test_exports_and_the_leaderboard(evals_setup, key_client, other_tenant, client_for):

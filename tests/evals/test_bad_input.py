@@ -11,7 +11,7 @@ from evals import scoring
 from evals.models import Dataset, Experiment, ExperimentResult
 from evals.services.experiments import experiment_start, score_result, summarize
 from runs.services.agents import agent_create
-from tests.evals.helpers import drive, make_dataset, make_evaluator
+from tests.evals.factories import drive, make_dataset, make_evaluator
 from tests.evals.test_datasets import make_run
 
 API = "/api/v1/projects/acme/agent"

@@ -13,7 +13,7 @@ import pytest
 from agentops.scoping import organization_scope
 from evals.models import Experiment
 from runs.services.agents import agent_create
-from tests.evals.helpers import make_dataset, make_evaluator
+from tests.evals.factories import make_dataset, make_evaluator
 
 CLI_DIR = Path(__file__).resolve().parents[2] / "cli"
 

@@ -11,7 +11,7 @@ import pytest
 from agentops import crypto
 from agentops.scoping import organization_scope
 from evals.models import Evaluator
-from tests.evals.helpers import make_evaluator
+from tests.evals.factories import make_evaluator
 
 BASE = "/o/acme/p/agent/evals/evaluators"
 

@@ -17,7 +17,7 @@ from evals.models import ExperimentResult
 from evals.services.experiments import experiment_advance, experiment_start, score_result
 from runs.execution import run_execute
 from runs.services.agents import agent_create
-from tests.evals.helpers import make_dataset, make_evaluator
+from tests.evals.factories import make_dataset, make_evaluator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -23,7 +23,7 @@ from evals.models import DatasetVersion, Experiment, ExperimentResult
 from evals.services.experiments import experiment_advance, experiment_start, score_result, summarize
 from runs.execution import run_execute
 from runs.services.agents import agent_create
-from tests.evals.helpers import drive, make_dataset, make_evaluator
+from tests.evals.factories import drive, make_dataset, make_evaluator
 
 ORG, PROJECT = "acme", "agent"
 

@@ -21,7 +21,7 @@ from evals.services.experiments import (
 from runs.execution import run_execute
 from runs.models import Run
 from runs.services.agents import agent_create
-from tests.evals.helpers import drive, experiment_setup, make_evaluator
+from tests.evals.factories import drive, experiment_setup, make_evaluator
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from agentops.errors import InvalidRequest
 from agentops.scoping import organization_scope
 from evals.models import ExperimentResult
 from evals.services.experiments import experiment_complete, experiment_start, results_report, score_result
-from tests.evals.helpers import experiment_setup
+from tests.evals.factories import experiment_setup
 
 
 @pytest.fixture

@@ -159,7 +159,7 @@ HOSTILE = {"key": "\t=HYPERLINK(1)", "input": "\r=1+1", "expected": " @SUM(A1)"}
 def hostile(tenant):
     """An experiment over one item whose key, input and expected answer a spreadsheet
     would run, costing nothing, on a leaderboard of one."""
-    from tests.evals.helpers import make_dataset
+    from tests.evals.factories import make_dataset
 
     dataset = make_dataset(tenant.project, [HOSTILE], name="hostile")
     experiment = constructed(tenant.project, dataset, name="-1+cmd", scores={"a": [0.0]}, cost="0", model="=cmd")

@@ -17,7 +17,7 @@ from evals.models import ExperimentResult, OnlineRule, Score
 from evals.services import online
 from evals.services.online import rule_create, rule_delete, rule_update, sample_point, score_recent_runs
 from runs.models import Run
-from tests.evals.helpers import make_dataset, make_evaluator
+from tests.evals.factories import make_dataset, make_evaluator
 
 
 def make_run(tenant, index: int, **fields) -> Run:

@@ -11,7 +11,7 @@ from agentops.errors import InvalidRequest
 from evals.models import Evaluator
 from evals.scoring import EvaluatorKind, get_kind, kinds, passed, spec_of, validate_config
 from evals.scoring.registry import register
-from tests.evals.helpers import make_evaluator
+from tests.evals.factories import make_evaluator
 
 # --- Configuration checks ------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from agentops.services.secrets import provider_secret_set
 from evals.services.experiments import experiment_start
 from evals.services.wandb_export import log_experiment, wandb_payload
 from runs.services.agents import agent_create
-from tests.evals.helpers import drive, make_dataset, make_evaluator
+from tests.evals.factories import drive, make_dataset, make_evaluator
 
 
 @pytest.fixture

@@ -10,10 +10,11 @@ import pytest
 from agentops.scoping import organization_scope
 from jobs import services
 from jobs.backends import backend_class, backend_for
-from jobs.models import ComputeBackend, Job, JobLogLine
+from jobs.models import ComputeBackend, Job, JobSecret
 from jobs.services import job_poll
-from tests.evals.helpers import make_dataset, make_evaluator
-from tests.jobs.helpers import ScriptedBackend, fake_nvidia_smi, make_backend
+from tests.evals.factories import make_dataset, make_evaluator
+from tests.isolation import CreateIsolation, DeleteIsolation, ListIsolation, ReadIsolation, UpdateIsolation
+from tests.jobs.factories import ScriptedBackend, fake_nvidia_smi, make_backend, make_job, make_job_secret
 
 
 @pytest.fixture(autouse=True)
@@ -239,35 +240,95 @@ def test_the_job_token_endpoints(tenant, backend, client_for, api_client, script
     assert refused.status_code == 401 and "expired" in refused.json()["error"]["message"]
 
 
-def test_another_tenant_sees_nothing(tenant, other_tenant, backend, client_for):
-    job = (
-        client_for(tenant.member)
-        .post(_url(tenant, "jobs/"), {"backend": "gpu-box", "hardware": "a100", "command": ["x"]}, format="json")
-        .json()
-    )
-    outsider = client_for(other_tenant.owner)
-    for method, suffix in [
-        ("get", "jobs/"),
-        ("post", "jobs/"),
-        ("post", "jobs/estimate/"),
-        ("get", f"jobs/{job['id']}/"),
-        ("get", f"jobs/{job['id']}/logs/"),
-        ("post", f"jobs/{job['id']}/cancel/"),
-        ("get", "hardware/"),
-    ]:
-        response = getattr(outsider, method)(_url(tenant, suffix), {}, format="json")
-        assert response.status_code == 404, (suffix, response.status_code)
-    own = f"/api/v1/projects/{other_tenant.organization.slug}/{other_tenant.project.slug}/"
-    assert outsider.get(own + f"jobs/{job['id']}/").status_code == 404
-    # Their project cannot submit to this organization's backend either.
-    submitted = outsider.post(
-        own + "jobs/", {"backend": backend.pk, "hardware": "a100", "command": ["x"]}, format="json"
-    )
-    assert submitted.status_code == 404
-    base = f"/api/v1/organizations/{tenant.organization.slug}/"
-    assert outsider.get(base + "compute-backends/").status_code == 404
-    with organization_scope(tenant.organization):
-        assert JobLogLine.objects.count() == 0
+# -- tenant isolation: the shared checks (tests/isolation.py) -------------------------------------
+
+
+def _org_url(tenant, suffix=""):
+    return f"/api/v1/organizations/{tenant.organization.slug}/{suffix}"
+
+
+class TestJobIsolation(ReadIsolation, ListIsolation, CreateIsolation):
+    create_body = {"backend": "gpu-box", "hardware": "a100", "command": ["x"]}
+
+    @pytest.fixture(autouse=True)
+    def backends(self, tenant, other_tenant):
+        return {t.organization.pk: make_backend(t.organization, name="gpu-box") for t in (tenant, other_tenant)}
+
+    def make_object(self, tenant):
+        backend = ComputeBackend.dangerously_unscoped_objects.get(organization=tenant.organization, name="gpu-box")
+        return make_job(tenant.project, backend)
+
+    def detail_url(self, url_tenant, job):
+        return _url(url_tenant, f"jobs/{job.pk}/")
+
+    def list_url(self, tenant):
+        return _url(tenant, "jobs/")
+
+    def created_organization_id(self, response):
+        return Job.dangerously_unscoped_objects.get(pk=response.json()["id"]).organization_id
+
+    def test_other_organizations_job_cannot_be_followed_or_cancelled(self, caller, tenant, other_tenant):
+        foreign = self.make_object(other_tenant)
+        for url_tenant in (tenant, other_tenant):
+            for method, suffix in (("get", "logs/"), ("post", "cancel/")):
+                response = getattr(caller, method)(f"{self.detail_url(url_tenant, foreign)}{suffix}")
+                assert response.status_code == 404, (suffix, response.content)
+        with organization_scope(other_tenant.organization):
+            assert Job.objects.get(pk=foreign.pk).cancel_requested is False
+
+    def test_other_organizations_estimate_and_hardware_are_not_found(self, caller, other_tenant):
+        assert caller.post(_url(other_tenant, "jobs/estimate/"), self.create_body, format="json").status_code == 404
+        assert caller.get(_url(other_tenant, "hardware/")).status_code == 404
+
+    def test_other_organizations_backend_cannot_take_a_submission(self, caller, tenant, other_tenant, backends):
+        foreign_backend = backends[other_tenant.organization.pk]
+        body = {**self.create_body, "backend": foreign_backend.pk}
+        assert caller.post(_url(tenant, "jobs/"), body, format="json").status_code == 404
+        assert not Job.dangerously_unscoped_objects.filter(backend=foreign_backend).exists()
+
+
+class TestJobIsolationWithApiKey(TestJobIsolation):
+    as_key = True
+
+
+class TestComputeBackendIsolation(ReadIsolation, UpdateIsolation, ListIsolation, CreateIsolation):
+    update_body = {"enabled": False}
+    create_body = {"name": "lab", "kind": "local"}
+
+    def make_object(self, tenant):
+        return make_backend(tenant.organization, name="gpu-box")
+
+    def detail_url(self, url_tenant, backend):
+        return _org_url(url_tenant, f"compute-backends/{backend.pk}/")
+
+    def list_url(self, tenant):
+        return _org_url(tenant, "compute-backends/")
+
+    def created_organization_id(self, response):
+        return ComputeBackend.dangerously_unscoped_objects.get(pk=response.json()["id"]).organization_id
+
+
+class TestJobSecretIsolation(DeleteIsolation, ListIsolation, CreateIsolation):
+    create_body = {"name": "HF_TOKEN", "value": "hf_0123456789abcdef"}
+
+    def make_object(self, tenant):
+        return make_job_secret(tenant.organization, name=f"TOKEN_{tenant.organization.slug.upper()}")
+
+    def detail_url(self, url_tenant, secret):
+        return _org_url(url_tenant, f"job-secrets/{secret.name}/")
+
+    def list_url(self, tenant):
+        return _org_url(tenant, "job-secrets/")
+
+    def list_ids(self, response) -> set:
+        return {item["name"] for item in response.json()}
+
+    def list_id(self, secret):
+        return secret.name
+
+    def created_organization_id(self, response):
+        (secret,) = JobSecret.dangerously_unscoped_objects.filter(name=response.json()["name"])
+        return secret.organization_id
 
 
 # -- a stored credential stays with its destination ----------------------------------------------

@@ -22,7 +22,7 @@ import pytest
 from agentops.errors import InvalidRequest
 from jobs.backends.base import BackendError, JobNotFound, JobSpec
 from jobs.backends.local import MAX_LINE_BYTES, MAX_LINES_PER_CALL, HostPolicy, LocalBackend, parse_nvidia_smi
-from tests.jobs.helpers import fake_nvidia_smi
+from tests.jobs.factories import fake_nvidia_smi
 
 TIMEOUT_SECONDS = 15
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

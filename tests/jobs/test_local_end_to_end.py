@@ -20,7 +20,7 @@ from billing.models import UsageDaily
 from evals import selectors
 from jobs.models import Job, JobLogLine
 from jobs.services import backend_create, job_submit
-from tests.evals.helpers import make_dataset, make_evaluator
+from tests.evals.factories import make_dataset, make_evaluator
 from tests.worker_process import worker_process
 
 

@@ -3,7 +3,7 @@ estimate, its errors, a command and an evaluation job), one job (status block, t
 log tail, full log, GPU chart, cancelling), and the organization's compute settings
 (backends and job secrets, admins only); who may do what, secrets never shown, and
 tenant isolation of every page and action. The backend is scripted
-(tests/jobs/helpers.py): the real ones have their own tests."""
+(tests/jobs/factories.py): the real ones have their own tests."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from jobs import services
 from jobs.backends.base import RemoteStatus
 from jobs.models import ComputeBackend, Job, JobLogLine, JobSecret
 from jobs.services import job_poll, job_submit, secret_set
-from tests.evals.helpers import make_dataset, make_evaluator
-from tests.jobs.helpers import ScriptedBackend, make_backend
+from tests.evals.factories import make_dataset, make_evaluator
+from tests.jobs.factories import ScriptedBackend, make_backend
 
 BASE = "/o/acme/p/agent/jobs"
 COMPUTE = "/o/acme/compute"

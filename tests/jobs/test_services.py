@@ -17,7 +17,7 @@ from jobs import services
 from jobs.backends.base import BackendError, RemoteStatus
 from jobs.models import Job, JobEvent, JobLogLine, JobMetric
 from jobs.services import job_cancel, job_for_token, job_poll, job_submit, secret_set, token_live
-from tests.jobs.helpers import ScriptedBackend, make_backend
+from tests.jobs.factories import ScriptedBackend, make_backend
 
 
 @pytest.fixture
@@ -205,7 +205,7 @@ def test_a_spent_hard_budget_refuses_a_job(tenant, backend, scripted):
 
 
 def test_the_job_token_opens_its_job_only_while_it_runs(tenant, backend, scripted):
-    from tests.evals.helpers import make_dataset, make_evaluator
+    from tests.evals.factories import make_dataset, make_evaluator
 
     dataset = make_dataset(tenant.project, [{"key": "a", "input": "x", "expected": "x"}])
     evaluator = make_evaluator(tenant.project, "exact", "exact_match")

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from agentops.scoping import organization_scope
-from runs.models import Run
-from runs.services.agents import agent_create
-from tests.isolation import ListIsolation, ReadIsolation
+from runs.models import Agent, Run, WebhookTool
+from runs.services.agents import agent_create, webhook_tool_create
+from tests.isolation import CreateIsolation, DeleteIsolation, ListIsolation, ReadIsolation, UpdateIsolation
 
 BASE = "/api/v1/projects/acme/agent"
 
@@ -90,7 +90,10 @@ def test_start_with_another_projects_agent_is_404(tenant, other_tenant, client_f
     assert response.status_code == 404
 
 
-class TestAgentIsolation(ReadIsolation, ListIsolation):
+class TestAgentIsolation(ReadIsolation, UpdateIsolation, ListIsolation, CreateIsolation):
+    update_body = {"system_prompt": "taken over"}
+    create_body = {"name": "support", "model": "offline"}
+
     def make_object(self, tenant):
         return _agent(tenant, name=f"agent-{tenant.organization.slug}")
 
@@ -99,6 +102,37 @@ class TestAgentIsolation(ReadIsolation, ListIsolation):
 
     def list_url(self, tenant):
         return f"/api/v1/projects/{tenant.organization.slug}/agent/agents/"
+
+    def created_organization_id(self, response):
+        return Agent.dangerously_unscoped_objects.get(pk=response.json()["id"]).organization_id
+
+
+class TestAgentIsolationWithApiKey(TestAgentIsolation):
+    as_key = True
+
+
+class TestWebhookToolIsolation(ReadIsolation, DeleteIsolation, ListIsolation, CreateIsolation):
+    create_body = {"name": "crm_lookup", "url": "http://127.0.0.1:9/hook"}
+
+    def make_object(self, tenant):
+        with organization_scope(tenant.organization):
+            tool, _secret = webhook_tool_create(
+                project=tenant.project, actor=None, name="lookup", url="http://127.0.0.1:9/hook"
+            )
+        return tool
+
+    def detail_url(self, url_tenant, tool):
+        return f"/api/v1/projects/{url_tenant.organization.slug}/agent/webhook-tools/{tool.pk}/"
+
+    def list_url(self, tenant):
+        return f"/api/v1/projects/{tenant.organization.slug}/agent/webhook-tools/"
+
+    def created_organization_id(self, response):
+        return WebhookTool.dangerously_unscoped_objects.get(pk=response.json()["id"]).organization_id
+
+
+class TestWebhookToolIsolationWithApiKey(TestWebhookToolIsolation):
+    as_key = True
 
 
 def test_a_run_start_with_fields_it_does_not_have_is_refused_naming_them(tenant, client_for):

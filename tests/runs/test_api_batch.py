@@ -643,3 +643,27 @@ def test_batch_event_types_are_documented_in_the_openapi_schema(client):
         schemas["StepEventRequest"]["properties"]
     )
     assert {"index", "id", "type", "status", "code", "error"} <= set(schemas["IngestResult"]["properties"])
+
+
+def test_batch_with_huge_token_counts_is_refused_per_event_not_a_5xx(tenant, key_client):
+    """The run's total cost is numeric(18, 9): 200 steps claiming 10^12 tokens each
+    overflowed it, and the batch answered 500 (every later batch of that run too)."""
+    client = key_client(tenant.project, ["ingest"])
+    events = [
+        {
+            "type": "step",
+            "id": f"s{i}",
+            "run_id": "r",
+            "kind": "llm",
+            "model": "magistral-medium-2509",
+            "input_tokens": 10**12,
+            "output_tokens": 10**12,
+            "started_at": "2026-11-20T12:00:00Z",
+        }
+        for i in range(200)
+    ]
+    response = client.post("/api/v1/ingest", {"events": events}, format="json")
+    assert response.status_code == 207
+    results = response.json()["results"]
+    assert {(r["status"], r["code"]) for r in results} == {(400, "invalid")}
+    assert results[0]["error"]["message"].startswith("input_tokens:")

@@ -1,6 +1,7 @@
 """Every read endpoint of the runs API passes the shared tenant-isolation checks, for a
 signed-in member and for an API key of the project: another organization's run,
-step list, transcript, tool calls, memory or session is a 404, and lists exclude it."""
+step list, transcript, tool calls, memory, session, replays, approvals or comparison is
+a 404, and lists exclude it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import UTC, datetime
 from agentops.scoping import organization_scope
 from runs.models import Run
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
-from tests.factories import ProjectFactory
+from tests.agentops.factories import ProjectFactory
 from tests.isolation import ListIsolation, ReadIsolation
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -155,6 +156,43 @@ class TestRunExportIsolation(_RunResource, ListIsolation):
 
 
 class TestRunExportIsolationWithApiKey(TestRunExportIsolation):
+    as_key = True
+
+
+class TestRunReplaysIsolation(_RunResource, ReadIsolation):
+    """A foreign run's replays are not found (so neither is the run)."""
+
+    def detail_url(self, url_tenant, run):
+        return f"{project_url(url_tenant)}/runs/{run.pk}/replays/"
+
+
+class TestRunReplaysIsolationWithApiKey(TestRunReplaysIsolation):
+    as_key = True
+
+
+class TestRunApprovalsIsolation(_RunResource, ReadIsolation):
+    def detail_url(self, url_tenant, run):
+        return f"{project_url(url_tenant)}/runs/{run.pk}/approvals/"
+
+
+class TestRunApprovalsIsolationWithApiKey(TestRunApprovalsIsolation):
+    as_key = True
+
+
+class TestRunCompareIsolation(_RunResource, ReadIsolation):
+    """Comparing with a foreign run is not found, whichever side it is on."""
+
+    def detail_url(self, url_tenant, run):
+        return f"{project_url(url_tenant)}/compare/?a={run.pk}&b={run.pk}"
+
+    def test_a_foreign_run_on_either_side_is_not_found(self, caller, tenant, other_tenant):
+        mine, foreign = make_run(tenant), make_run(other_tenant)
+        for a, b in ((mine, foreign), (foreign, mine)):
+            response = caller.get(f"{project_url(tenant)}/compare/?a={a.pk}&b={b.pk}")
+            assert response.status_code == 404, response.content
+
+
+class TestRunCompareIsolationWithApiKey(TestRunCompareIsolation):
     as_key = True
 
 

@@ -3,6 +3,7 @@ run detail, steps, messages, tool calls, memory, sessions and the JSON Lines exp
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -19,6 +20,7 @@ from runs.services.ingest import (
     ToolCallEvent,
     ingest,
 )
+from tests.runs.factories import agent_run
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 
@@ -607,3 +609,20 @@ def test_runs_list_and_steps_take_the_same_number_of_queries_for_more_rows(tenan
     load(tenant.project, runs=[RunEvent(f"more-{n}", {"started_at": at(n)}) for n in range(20)])
     many = (queries_for(runs_url(tenant)), queries_for(runs_url(tenant, f"{run_pk(tenant.project, 'big')}/steps/")))
     assert many == few
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"f": "-started_at", "v": ["raw", None], "t": "not-an-id", "r": False},
+        {"f": "-started_at", "v": ["raw", "not-a-time"], "t": 1, "r": False},
+    ],
+)
+def test_a_forged_api_cursor_is_404_not_a_server_error(tenant, client_for, payload):
+    agent_run(tenant.project, "paged")
+    cursor = base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
+
+    response = client_for(tenant.viewer).get("/api/v1/projects/acme/agent/runs/", {"cursor": cursor})
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"

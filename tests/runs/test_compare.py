@@ -434,7 +434,7 @@ def test_comparing_costs_a_fixed_number_of_queries_whatever_the_runs_size(tenant
 
 
 def test_runs_of_two_projects_are_not_compared(tenant):
-    from tests.factories import ProjectFactory
+    from tests.agentops.factories import ProjectFactory
 
     other = ProjectFactory(organization=tenant.organization, slug="other")
     a, b = run_a(tenant.project), run_a(other, "elsewhere")

@@ -6,24 +6,28 @@ Data is created the way agents create it: through ``runs.services.ingest.ingest`
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from urllib.parse import urlencode
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.test import Client
 from django.utils import timezone
 
 from agentops.live import group_name
 from agentops.scoping import organization_scope
 from runs import selectors
 from runs.live import render_runs_ingested
-from runs.models import Run, SavedView, Step
+from runs.models import IngestSettings, Run, SavedView, Step
 from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.views import display
-from tests.factories import ProjectFactory
+from tests.agentops.factories import ProjectFactory
+from tests.runs.factories import XSS, agent_run, hostile_run
 
 BASE = "/o/acme/p/agent/runs"
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -230,15 +234,6 @@ def first_step(project, run: Run, span_id: str) -> Step:
 
 
 T0 = timezone.now().replace(microsecond=0) - timedelta(hours=3)
-
-
-@pytest.fixture
-def signed_in(client):
-    def sign_in(user):
-        client.force_login(user)
-        return client
-
-    return sign_in
 
 
 @pytest.fixture
@@ -1048,3 +1043,161 @@ def test_token_counts_group_digits_then_abbreviate():
     from runs.templatetags.runs_format import tokens
 
     assert [tokens(n) for n in (0, 12_345, 124_500, 2_500_000)] == ["0", "12,345", "124.5k", "2.5M"]
+
+
+def session_links(page: str) -> list[str]:
+    return re.findall(r'href="(/o/acme/p/agent/runs/sessions/[^"]+)"', page)
+
+
+def test_a_session_id_with_a_newline_breaks_neither_the_run_page_nor_the_sessions_list(signed_in, tenant):
+    # An agent chooses its session ids; one newline used to make {% url %} fail (a 500
+    # on the run's page and on the sessions list of the whole project).
+    run = agent_run(tenant.project, "poisoned", session_id="line one\nline two")
+    client = signed_in(tenant.viewer)
+
+    assert client.get(f"{BASE}/{run.pk}/").status_code == 200
+    assert client.get(f"{BASE}/{run.pk}/live/?tab=trace", **HTMX).status_code == 200
+    sessions = client.get(f"{BASE}/sessions/")
+    assert sessions.status_code == 200
+    (link,) = set(session_links(text(sessions)))
+    session_page = client.get(link)
+    assert session_page.status_code == 200 and "poisoned" in text(session_page)
+
+
+def test_a_session_id_cannot_point_its_link_at_another_page(signed_in, tenant):
+    # "../" in a session id used to land in the href as is: the browser resolves the
+    # link to any page of the site (here the organization's settings).
+    run = agent_run(tenant.project, "traversal", session_id="../../../../settings")
+    client = signed_in(tenant.viewer)
+
+    for page in (text(client.get(f"{BASE}/{run.pk}/")), text(client.get(f"{BASE}/sessions/"))):
+        links = session_links(page)
+        assert links, "the session is linked"
+        for link in links:
+            assert "/../" not in link and "/sessions/..%2F..%2F..%2F..%2Fsettings/" in link, link
+    session_page = client.get(session_links(text(client.get(f"{BASE}/sessions/")))[0])
+    assert session_page.status_code == 200 and "traversal" in text(session_page)
+
+
+def test_model_names_reach_the_dashboard_chart_as_text_not_as_plotly_markup(signed_in, tenant):
+    # Plotly draws labels as its own HTML subset (<a href>, <span style>...): a model
+    # name sent by an agent used to become a clickable link inside the chart.
+    agent_run(tenant.project, "phish", model='<a href="https://evil.example/login">gpt-4o</a>')
+    page = text(signed_in(tenant.viewer).get(f"{BASE}/dashboard/"))
+
+    data = json.loads(re.search(r'<script id="dashboard-data" type="application/json">(.*?)</script>', page).group(1))
+    assert data["cost_by_model"]["models"] == ['&lt;a href="https://evil.example/login"&gt;gpt-4o&lt;/a&gt;']
+    assert '<a href="https://evil.example' not in page
+
+
+def test_agent_strings_are_escaped_on_every_runs_page_fragment_and_live_update(signed_in, tenant):
+    run = hostile_run(tenant.project)
+    with organization_scope(tenant.organization):
+        step = run.steps.get()
+        message = run.messages.get(message_id="m1")
+        call = run.tool_calls.get()
+        snapshot = run.memory_snapshots.get(snapshot_id="a")
+    client = signed_in(tenant.viewer)
+    detail = f"{BASE}/{run.pk}"
+    pages = [
+        (f"{BASE}/", {}),
+        (f"{BASE}/?{urlencode({'q': 'alert', 'tag': XSS[:100], 'agent': XSS})}", {}),
+        (f"{BASE}/sessions/", {}),
+        (f"{BASE}/dashboard/", {}),
+        *[(f"{detail}/?tab={tab}", {}) for tab in ("trace", "transcript", "tools", "memory")],
+        (f"{detail}/?tab=trace&step={step.pk}", {}),
+        (f"{detail}/steps/{step.pk}/", HTMX),
+        *[(f"{detail}/live/?tab={tab}", HTMX) for tab in ("trace", "transcript", "tools", "memory")],
+        *[
+            (f"{detail}/values/step/{step.pk}/{field}/", headers)
+            for field in ("input", "output", "attributes", "events", "error")
+            for headers in ({}, HTMX)
+        ],
+        (f"{detail}/values/message/{message.pk}/content/", {}),
+        (f"{detail}/values/message/{message.pk}/tool_calls/", HTMX),
+        (f"{detail}/values/toolcall/{call.pk}/arguments/", HTMX),
+        (f"{detail}/values/memory/{snapshot.pk}/state/", {}),
+        (f"{detail}/values/run/{run.pk}/metadata/", {}),
+    ]
+    session_link = session_links(text(client.get(f"{BASE}/sessions/")))[0]
+    pages.append((session_link, {}))
+    for url, headers in pages:
+        response = client.get(url, **headers)
+        assert response.status_code == 200, url
+        body = text(response)
+        assert "<img src=x" not in body and "<script>alert" not in body, url
+    with organization_scope(tenant.organization):
+        live = "".join(
+            html for _, html in render_runs_ingested(project=tenant.project, runs=[{"id": run.pk, "new": True}])
+        )
+        live += "".join(
+            html for _, html in render_runs_ingested(project=tenant.project, runs=[{"id": run.pk, "new": False}])
+        )
+    assert "<img src=x" not in live and "<script>alert" not in live
+    assert "&lt;img src=x" in live
+
+
+def test_posts_of_the_runs_pages_need_the_csrf_token(tenant):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(tenant.admin)
+    with organization_scope(tenant.organization):
+        view = SavedView.objects.create(
+            organization=tenant.organization, project=tenant.project, owner=tenant.admin, name="mine"
+        )
+
+    assert browser.post(f"{BASE}/settings/", {"retention_days": "1"}).status_code == 403
+    assert browser.post(f"{BASE}/views/", {"name": "x", "query": "status=failed"}).status_code == 403
+    assert browser.post(f"{BASE}/views/{view.pk}/delete/").status_code == 403
+    with organization_scope(tenant.organization):
+        assert SavedView.objects.filter(pk=view.pk).exists() and not IngestSettings.objects.exists()
+
+
+def test_a_saved_view_of_a_sibling_project_is_neither_listed_nor_deleted_here(signed_in, tenant):
+    sibling = ProjectFactory(organization=tenant.organization, name="Billing bot", slug="billing-bot")
+    with organization_scope(tenant.organization):
+        foreign = SavedView.objects.create(
+            organization=tenant.organization, project=sibling, owner=tenant.member, name="Sibling view"
+        )
+    client = signed_in(tenant.member)  # its own owner, through the wrong project's URL
+
+    assert "Sibling view" not in text(client.get(f"{BASE}/"))
+    assert client.post(f"{BASE}/views/{foreign.pk}/delete/").status_code == 404
+    with organization_scope(tenant.organization):
+        assert SavedView.objects.filter(pk=foreign.pk).exists()
+
+
+@pytest.mark.parametrize(("kind", "field"), [("message", "content"), ("toolcall", "arguments"), ("memory", "state")])
+def test_the_values_fragment_reaches_no_row_of_another_run_or_project(signed_in, tenant, kind, field):
+    own = hostile_run(tenant.project)
+    sibling = ProjectFactory(organization=tenant.organization, name="Billing bot", slug="billing-bot")
+    foreign = hostile_run(sibling)
+    other_run = agent_run(tenant.project, "other")
+    model = {"message": "messages", "toolcall": "tool_calls", "memory": "memory_snapshots"}[kind]
+    with organization_scope(tenant.organization):
+        own_row = getattr(own, model).first()
+        foreign_row = getattr(foreign, model).first()
+    client = signed_in(tenant.owner)
+
+    assert client.get(f"{BASE}/{own.pk}/values/{kind}/{own_row.pk}/{field}/", **HTMX).status_code == 200
+    for url in (
+        f"{BASE}/{own.pk}/values/{kind}/{foreign_row.pk}/{field}/",  # a sibling project's row
+        f"{BASE}/{other_run.pk}/values/{kind}/{own_row.pk}/{field}/",  # another run's row
+        f"{BASE}/{foreign.pk}/values/{kind}/{foreign_row.pk}/{field}/",  # a sibling project's run
+        f"{BASE}/{own.pk}/values/{kind}/{own_row.pk}/organization_id/",  # not a payload field
+        f"{BASE}/{own.pk}/values/{kind}/{own_row.pk}/run/",
+    ):
+        assert client.get(url, **HTMX).status_code == 404, url
+        assert client.get(f"{url}?raw=1").status_code == 404, url
+
+
+def test_live_updates_render_no_run_of_another_project(tenant, other_tenant):
+    own = agent_run(tenant.project, "own-run")
+    foreign = agent_run(other_tenant.project, "foreign-run")
+    with organization_scope(tenant.organization):
+        html = "".join(
+            fragment
+            for _, fragment in render_runs_ingested(
+                project=tenant.project, runs=[{"id": own.pk, "new": True}, {"id": foreign.pk, "new": True}]
+            )
+        )
+    assert "own-run" in html and "foreign-run" not in html

@@ -4,6 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 from agentops.scoping import organization_scope
 from runs import selectors
+from runs.models import Run
 from runs.services.ingest import MessageEvent, StepEvent, ingest
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -131,3 +132,68 @@ def test_sessions_and_dashboard(tenant):
     assert totals["success_rate"] == 2 / 3
     assert totals["p50_latency_ms"] == 20_000.0
     assert board["cost_by_model"][0]["model"] == "mistral-small-2603"
+
+
+def test_transcript_keeps_a_user_message_repeated_in_the_conversation(tenant):
+    """Each LLM call's input repeats the history: only the repetition is left out, not a
+    second "yes" the user really sent."""
+    project = tenant.project
+    calls = [
+        [("user", "delete the file?")],
+        [("user", "delete the file?"), ("assistant", "Sure?"), ("user", "yes")],
+        [
+            ("user", "delete the file?"),
+            ("assistant", "Sure?"),
+            ("user", "yes"),
+            ("assistant", "Really?"),
+            ("user", "yes"),
+        ],
+    ]
+    answers = ["Sure?", "Really?", "Deleted."]
+    events = []
+    for call, (inputs, answer) in enumerate(zip(calls, answers, strict=True)):
+        span = f"llm{call}"
+        events += [
+            MessageEvent(
+                trace_id="t", message_id=f"{span}:in:{i}", position=call * 1000 + i, role=r, content=c, span_id=span
+            )
+            for i, (r, c) in enumerate(inputs)
+        ]
+        events.append(
+            MessageEvent(
+                trace_id="t",
+                message_id=f"{span}:out:0",
+                position=call * 1000 + 500,
+                role="assistant",
+                content=answer,
+                span_id=span,
+            )
+        )
+    with organization_scope(project.organization):
+        ingest(project=project, messages=events, announce=False)
+        run = Run.objects.get(project=project)
+        lines = [(m.role, m.content) for m in selectors.transcript(run=run)]
+    assert lines == [
+        ("user", "delete the file?"),
+        ("assistant", "Sure?"),
+        ("user", "yes"),
+        ("assistant", "Really?"),
+        ("user", "yes"),
+        ("assistant", "Deleted."),
+    ]
+
+
+def test_full_text_search_finds_a_word_at_the_start_of_a_line(tenant):
+    """The search text is the payloads' JSON, where a newline is the two characters
+    backslash and n: "hello\\nworld" was indexed as "hello" and "nworld"."""
+    project = tenant.project
+    root = StepEvent(
+        trace_id="t", span_id="r", started_at=_at(0), ended_at=_at(1), input="Dear team,\nrefund\tinvoice 42"
+    )
+    with organization_scope(project.organization):
+        ingest(project=project, steps=[root], announce=False)
+        found = {
+            q: selectors.run_list(project=project, filters=selectors.RunFilters(q=q)).count()
+            for q in ("refund", "invoice", "team", '"dear team" -nothing', "C:\\ (x) & | ! <->")
+        }
+    assert found == {"refund": 1, "invoice": 1, "team": 1, '"dear team" -nothing': 1, "C:\\ (x) & | ! <->": 0}

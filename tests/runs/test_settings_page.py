@@ -6,7 +6,8 @@ from agentops.scoping import organization_scope
 from runs.models import IngestSettings, Step
 from runs.services.ingest import StepEvent, ingest
 
-URL = "/o/acme/p/agent/runs/settings/"
+BASE = "/o/acme/p/agent/runs"
+URL = f"{BASE}/settings/"
 
 
 def test_admin_saves_rules_that_apply_to_the_next_ingest(tenant, client):
@@ -48,3 +49,11 @@ def test_outsider_gets_404(tenant, other_tenant, client):
     client.force_login(other_tenant.owner)
     assert client.get(URL).status_code == 404
     assert client.post(URL, {"redact": ["email"]}).status_code == 404
+
+
+def test_a_custom_pattern_with_catastrophic_backtracking_is_refused(signed_in, tenant):
+    # `(a+)+$` on "aaaa…a!" takes 2^n steps: an admin of any organization (sign-up is
+    # open) can freeze an ingest worker for every tenant with one pattern and one event.
+    response = signed_in(tenant.admin).post(f"{BASE}/settings/", {"custom_patterns": "(a+)+$"})
+    assert response.status_code == 400
+    assert "catastrophic backtracking" in response.content.decode()

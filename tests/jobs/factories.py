@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentops import crypto
 from jobs.backends.base import BackendError, JobNotFound, LogChunk, RemoteStatus
-from jobs.models import ComputeBackend
+from jobs.models import ComputeBackend, Job, JobSecret
 
 
 class ScriptedBackend:
@@ -83,3 +84,23 @@ def fake_nvidia_smi(folder: Path, gpus: str) -> Path:
     )
     script.chmod(0o755)
     return script
+
+
+def make_job(project, backend: ComputeBackend, *, name="train", **fields) -> Job:
+    """A command job of ``project`` on ``backend``, as submitted (queued)."""
+    return Job.dangerously_unscoped_objects.create(
+        organization=project.organization,
+        project=project,
+        name=name,
+        backend=backend,
+        backend_kind=backend.kind,
+        hardware="a100",
+        command=["python", "train.py"],
+        **fields,
+    )
+
+
+def make_job_secret(organization, *, name="HF_TOKEN", value="hf_0123456789abcdef") -> JobSecret:
+    return JobSecret.dangerously_unscoped_objects.create(
+        organization=organization, name=name, value_ciphertext=crypto.encrypt(value), hint=value[-4:]
+    )
