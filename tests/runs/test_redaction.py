@@ -5,8 +5,6 @@ and slow patterns cost linear time."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from agentops.scoping import organization_scope
@@ -128,10 +126,10 @@ def test_email_redaction_takes_linear_time_on_a_long_string():
     from runs.services.redaction import Redactor
 
     redactor = Redactor(["email"], [])
+    # No clock here (CI must not depend on the machine's speed): at this size the old
+    # rescanning rule ran for hours, so a return to it hangs the suite instead.
     hostile = "a" * 200_000 + " " + "b" * 200_000 + "@" + "c" * 100_000
-    started = time.perf_counter()
-    redactor.apply(hostile)
-    assert time.perf_counter() - started < 2
+    assert redactor.apply(hostile) == hostile  # no address in it: nothing redacted
 
 
 @pytest.mark.parametrize(
@@ -150,13 +148,10 @@ def test_email_redaction_still_finds_addresses(text_in, text_out):
 
 
 def test_a_slow_custom_pattern_that_slipped_past_the_probes_redacts_the_whole_value(tenant):
-    import time
-
     from runs.services.redaction import REPLACEMENT, Redactor
 
-    # Saved before the probe existed, or slow only on text the probes do not try.
+    # Saved before the probe existed, or slow only on text the probes do not try. On 5,000
+    # characters it would run for ages: the time limit always stops it.
     redactor = Redactor([], [r"(x+x+)+y"])
-    started = time.monotonic()
     assert redactor.apply({"note": "x" * 5000}) == {"note": REPLACEMENT}
-    assert time.monotonic() - started < 1.0
     assert redactor.apply("ticket xxy") == "ticket [REDACTED]"
