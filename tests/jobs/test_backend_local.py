@@ -199,13 +199,12 @@ def test_cancel_stops_the_whole_process_group(backend):
     command_group = state_of(external_id)["command_pid"]
     assert group_alive(command_group)
 
-    asked = time.monotonic()
     backend.cancel(external_id)
-    status = wait_until_ended(backend, external_id, timeout=5)
+    # Generous limits: they catch a cancel that never ends, not a slow machine.
+    status = wait_until_ended(backend, external_id, timeout=60)
 
     assert status.state == "cancelled"
-    assert time.monotonic() - asked < 5
-    wait_for(lambda: not group_alive(command_group), "the process group to be gone", timeout=5)
+    wait_for(lambda: not group_alive(command_group), "the process group to be gone", timeout=60)
     backend.cancel(external_id)  # idempotent, also once ended
     assert backend.status(external_id).state == "cancelled"
 
