@@ -48,3 +48,15 @@ def test_outsider_gets_404(tenant, other_tenant, client):
     client.force_login(other_tenant.owner)
     assert client.get(URL).status_code == 404
     assert client.post(URL, {"redact": ["email"]}).status_code == 404
+
+
+def test_the_settings_page_sets_wandb_logging_and_viewers_see_it(tenant, client):
+    client.force_login(tenant.admin)
+    assert 'name="wandb_logging"' in client.get(URL).content.decode()
+    assert client.post(URL, {"redact": [], "wandb_logging": "runs"}).status_code == 302
+    with organization_scope(tenant.organization):
+        assert IngestSettings.objects.get(project=tenant.project).wandb_logging == "runs"
+    client.force_login(tenant.viewer)
+    page = client.get(URL).content.decode()
+    assert "Log to Weights &amp; Biases" in page and "Runs and experiments" in page
+    assert client.post(URL, {"redact": [], "wandb_logging": "off"}).status_code == 403
