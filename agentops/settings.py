@@ -351,6 +351,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(seconds=30),
         "options": {"expires": 30},
     },
+    "sweep-wandb": {
+        "task": "evals.tasks.sweep_wandb",
+        "schedule": timedelta(seconds=30),
+        "options": {"expires": 30},
+    },
 }
 
 # --- Authentication (django-allauth).
