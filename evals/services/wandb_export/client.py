@@ -59,7 +59,8 @@ def start_run(*, credentials: tuple[str, str], run_id: str, **init: Any):
         )
     except Exception:
         # A failed init leaves the run id taken in wandb's service process, so the retry
-        # would fail with "run ID ... is in use": start the service afresh.
+        # would fail with "run ID ... is in use": start the service afresh. Safe because a
+        # worker process runs one task at a time (Celery's prefork pool, `serve` and compose).
         wandb.teardown()
         raise
 
