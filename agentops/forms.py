@@ -137,7 +137,8 @@ class ProviderSecretForm(forms.Form):
         label="Base URL",
         required=False,
         assume_scheme="https",
-        help_text="Optional: a compatible endpoint instead of the provider's own.",
+        help_text="Optional: a compatible endpoint instead of the provider's own. For W&B, only a server "
+        "the operator allows (WANDB_ALLOWED_BASE_URLS).",
     )
 
 

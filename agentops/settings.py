@@ -290,6 +290,10 @@ JOBS_LOCAL_USER = os.environ.get("JOBS_LOCAL_USER", "nobody" if DEBUG and os.get
 # "online", or "offline" (to disk).
 WANDB_MODE = os.environ.get("WANDB_MODE", "online")
 WANDB_DIR = Path(os.environ.get("WANDB_DIR", str(DATA_DIR / "wandb")))
+# The only W&B base URLs an organization may save (comma-separated). wandb uploads through
+# its own service process, which follows redirects the platform cannot check, so a
+# custom server must be one the operator trusts; empty base URL = the SDK's default.
+WANDB_ALLOWED_BASE_URLS = env_list("WANDB_ALLOWED_BASE_URLS", "https://api.wandb.ai")
 
 # --- Celery (agentops/celery.py reads every CELERY_* setting).
 CELERY_BROKER_URL = REDIS_URL
@@ -344,6 +348,11 @@ CELERY_BEAT_SCHEDULE = {
     },
     "score-online-runs": {
         "task": "evals.tasks.score_online_runs",
+        "schedule": timedelta(seconds=30),
+        "options": {"expires": 30},
+    },
+    "sweep-wandb": {
+        "task": "evals.tasks.sweep_wandb",
         "schedule": timedelta(seconds=30),
         "options": {"expires": 30},
     },

@@ -356,3 +356,48 @@ class OnlineRule(TenantModel):
 
     def __str__(self) -> str:
         return f"{self.evaluator_id} @ {self.sampling_rate}"
+
+
+class WandbExport(TenantModel):
+    """One run or experiment logged to Weights & Biases: the claim that keeps two workers
+    from queueing it twice, and its outcome (the last error, final once the retries are
+    spent). See ``evals.services.wandb_export``."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        LOGGED = "logged"
+        FAILED = "failed"
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    experiment = models.ForeignKey(Experiment, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True)
+    logged_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the last logging read the data (later scores log it again)."
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run"], condition=Q(run__isnull=False), name="wandb_export_unique_run"),
+            models.UniqueConstraint(
+                fields=["experiment"], condition=Q(experiment__isnull=False), name="wandb_export_unique_experiment"
+            ),
+            models.CheckConstraint(
+                condition=Q(run__isnull=False, experiment__isnull=True) | Q(run__isnull=True, experiment__isnull=False),
+                name="wandb_export_run_or_experiment",
+            ),
+        ]
+        indexes = [models.Index(fields=["project", "status", "-updated_at"], name="wandb_export_status")]
+        ordering = ["-updated_at", "-id"]
+
+
+class WandbCursor(TenantModel):
+    """How far the W&B sweep has looked at a project's ended runs and new scores (it looks
+    again ``OVERLAP`` before it, like the online rules' cursor)."""
+
+    project = models.OneToOneField("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    runs_seen_until = models.DateTimeField()
+    scores_seen_until = models.DateTimeField()

@@ -8,6 +8,9 @@ from agentops.scoping import organization_scope
 
 logger = logging.getLogger(__name__)
 
+# W&B logging retries after 30 s, 60 s, 120 s... (a W&B outage, a slow network).
+WANDB_RETRY_SECONDS = 30
+
 
 @shared_task
 def advance_experiment(organization_id: int, experiment_id: int) -> None:
@@ -27,14 +30,20 @@ def score_result(organization_id: int, result_id: int) -> None:
         score(result_id=result_id)
 
 
-@shared_task
-def experiment_ended(organization_id: int, experiment_id: int) -> None:
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=3)
+def experiment_ended(self, organization_id: int, experiment_id: int) -> None:
     """After an experiment ends: log its metrics to Weights & Biases when the
-    organization configured a key."""
+    organization configured a key (a failure is retried, then recorded)."""
     from evals.services.wandb_export import log_experiment
 
+    final = self.request.retries >= self.max_retries
     with organization_scope(organization_id):
-        log_experiment(experiment_id=experiment_id)
+        try:
+            log_experiment(experiment_id=experiment_id, final=final)
+        except Exception as exc:
+            if final:
+                raise
+            raise self.retry(exc=exc, countdown=WANDB_RETRY_SECONDS * 2**self.request.retries) from exc
 
 
 @shared_task
@@ -57,3 +66,26 @@ def score_online_runs() -> int:
     from evals.services.online import score_recent_runs
 
     return score_recent_runs()
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=5)
+def log_runs_to_wandb(self, organization_id: int, run_ids: list[int]) -> int:
+    """Log ended runs to Weights & Biases (queued by the run_ended receiver and the sweep);
+    the runs that failed are retried alone, and recorded as failed once retries are spent."""
+    from evals.services.wandb_export import log_runs
+
+    final = self.request.retries >= self.max_retries
+    with organization_scope(organization_id):
+        failed = log_runs(run_ids=run_ids, final=final)
+    if failed and not final:
+        raise self.retry(args=(organization_id, failed), countdown=WANDB_RETRY_SECONDS * 2**self.request.retries)
+    return len(run_ids) - len(failed)
+
+
+@shared_task
+def sweep_wandb() -> int:
+    """Queue for W&B the ended runs and the newly scored runs of every project that logs
+    runs (every 30 s): ingested runs send no signal."""
+    from evals.services.wandb_export import sweep
+
+    return sweep()

@@ -216,7 +216,7 @@ class DashboardRangeForm(TimeRangeMixin, forms.Form):
 
 
 class IngestSettingsForm(forms.Form):
-    """Redaction rules and retention of a project (runs.services.settings validates)."""
+    """Redaction rules, retention and W&B logging of a project (runs.services.settings validates)."""
 
     redact = forms.MultipleChoiceField(
         choices=IngestSettings.Redaction.choices,
@@ -237,6 +237,16 @@ class IngestSettingsForm(forms.Form):
         label="Keep runs for (days)",
         help_text="Older runs are deleted nightly. Leave empty to keep them.",
     )
+    wandb_logging = forms.ChoiceField(
+        choices=IngestSettings.WandbLogging.choices,
+        required=False,
+        label="Log to Weights & Biases",
+        help_text="When the organization saved a W&B key (Secrets page): every ended run with its scores, "
+        "or ended experiments only, or nothing.",
+    )
+
+    def clean_wandb_logging(self) -> str | None:
+        return self.cleaned_data["wandb_logging"] or None  # not sent: unchanged
 
     def clean_custom_patterns(self) -> list[str]:
         return [line.strip() for line in self.cleaned_data["custom_patterns"].splitlines() if line.strip()]

@@ -237,7 +237,13 @@ class MemorySnapshot(TenantModel):
 
 
 class IngestSettings(TenantModel):
-    """Per-project ingestion settings: PII redaction before storage, and retention."""
+    """Per-project settings of the data: PII redaction before storage, retention, and what
+    is logged to Weights & Biases (evals acts on it; runs only stores the choice)."""
+
+    class WandbLogging(models.TextChoices):
+        OFF = "off", "Off"
+        EXPERIMENTS = "experiments", "Experiments"
+        RUNS = "runs", "Runs and experiments"
 
     class Redaction(models.TextChoices):
         EMAIL = "email", "Email addresses"
@@ -252,6 +258,13 @@ class IngestSettings(TenantModel):
     )
     retention_days = models.PositiveIntegerField(
         null=True, blank=True, help_text="Delete runs older than this many days (nightly). Empty keeps them."
+    )
+    wandb_logging = models.CharField(
+        max_length=16,
+        choices=WandbLogging.choices,
+        default=WandbLogging.EXPERIMENTS,
+        db_default=WandbLogging.EXPERIMENTS,
+        help_text="What goes to Weights & Biases when the organization saved a W&B key.",
     )
     updated_at = models.DateTimeField(default=timezone.now)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -26,7 +27,7 @@ def provider_secret_set(
     base_url = (base_url or "").strip()
     if base_url:
         try:
-            check_outbound_url(base_url)
+            check_base_url(provider=provider, base_url=base_url)
         except UnsafeUrlError as exc:
             raise InvalidRequest(f"base URL refused: {exc}") from None
     with transaction.atomic():
@@ -50,6 +51,25 @@ def provider_secret_set(
             ip=ip,
         )
     return secret
+
+
+def _normalised_url(url: str) -> str:
+    return url.strip().rstrip("/").lower()
+
+
+def check_base_url(*, provider: str, base_url: str) -> None:
+    """Raise ``UnsafeUrlError`` unless ``base_url`` may be used for ``provider``: a public
+    address, and for W&B also one of the operator's ``WANDB_ALLOWED_BASE_URLS`` (wandb's
+    own service process uploads and follows redirects, so only a trusted server is safe).
+    Checked when saved and again before each use (the list or DNS may have changed)."""
+    if provider == ProviderSecret.Provider.WANDB:
+        allowed = {_normalised_url(url) for url in settings.WANDB_ALLOWED_BASE_URLS if url.strip()}
+        if _normalised_url(base_url) not in allowed:
+            raise UnsafeUrlError(
+                f"{base_url} is not in WANDB_ALLOWED_BASE_URLS (the W&B servers the operator allows: "
+                f"{', '.join(sorted(allowed)) or 'none'})"
+            )
+    check_outbound_url(base_url)
 
 
 def provider_secret_delete(*, organization: Organization, actor, provider: str, ip: str | None = None) -> None:
@@ -76,5 +96,5 @@ def provider_credentials(*, organization: Organization, provider: str) -> tuple[
     if secret is None:
         return None
     if secret.base_url:
-        check_outbound_url(secret.base_url)
+        check_base_url(provider=provider, base_url=secret.base_url)
     return crypto.decrypt(secret.api_key_ciphertext), secret.base_url

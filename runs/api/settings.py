@@ -1,4 +1,4 @@
-"""The project's ingestion settings: PII redaction rules and retention."""
+"""The project's settings: PII redaction rules, retention, W&B logging."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -29,11 +29,18 @@ class IngestSettingsSerializer(InputSerializer):
         default=None,
         help_text="Runs older than this are deleted nightly; null keeps them.",
     )
+    wandb_logging = serializers.ChoiceField(
+        choices=IngestSettings.WandbLogging.choices,
+        required=False,
+        help_text="What goes to Weights & Biases when the organization saved a W&B key: off, experiments "
+        "(the default) or runs (every ended run, and experiments). Left out: unchanged.",
+    )
 
 
 class IngestSettingsView(ProjectEndpoint):
-    """Read (members) or replace (admins and owners) the project's redaction rules and retention.
-    Changes apply to data stored from then on; retention applies at the next nightly purge."""
+    """Read (members) or replace (admins and owners) the project's redaction rules, retention
+    and W&B logging. Changes apply to data stored from then on; retention applies at the next
+    nightly purge."""
 
     permissions = {"GET": "work:read", "PUT": "project:write"}
     serializer_class = IngestSettingsSerializer

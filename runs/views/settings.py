@@ -26,6 +26,7 @@ class IngestSettingsPage(ProjectPage):
                 "redact": settings.redact,
                 "custom_patterns": "\n".join(settings.custom_patterns),
                 "retention_days": settings.retention_days,
+                "wandb_logging": settings.wandb_logging,
             }
         )
         return self._render(form)

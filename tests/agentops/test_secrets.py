@@ -91,3 +91,51 @@ def test_a_new_base_url_needs_the_key_again(tenant, client_for):
         assert moved.status_code == 400 and "api_key" in moved.content.decode()
         with organization_scope(tenant.organization):
             assert provider_credentials(organization=tenant.organization, provider=provider) == (PLAINTEXT, "")
+
+
+def test_a_wandb_base_url_outside_the_operators_list_is_a_400_naming_the_setting(tenant, client_for, settings):
+    """wandb's service process follows redirects the platform cannot check: only servers
+    the operator listed may receive the key and the runs."""
+    settings.WANDB_ALLOWED_BASE_URLS = ["https://api.wandb.ai", "https://wandb.acme.test"]
+    client = client_for(tenant.admin)
+    refused = client.put(
+        _url(tenant, "wandb"), {"api_key": PLAINTEXT, "base_url": "https://wandb.evil.test"}, format="json"
+    )
+    assert refused.status_code == 400
+    assert "WANDB_ALLOWED_BASE_URLS" in refused.json()["error"]["message"]
+    assert not ProviderSecret.dangerously_unscoped_objects.exists()
+    allowed = client.put(
+        _url(tenant, "wandb"), {"api_key": PLAINTEXT, "base_url": "https://wandb.acme.test/"}, format="json"
+    )
+    assert allowed.status_code == 200, allowed.content
+    # Mistral's base URL is not W&B's business.
+    assert (
+        client.put(_url(tenant), {"api_key": PLAINTEXT, "base_url": "http://127.0.0.1:9/v1"}, format="json").status_code
+        == 200
+    )
+
+
+def test_the_secrets_page_refuses_a_wandb_base_url_outside_the_list(tenant, client, settings):
+    settings.WANDB_ALLOWED_BASE_URLS = ["https://api.wandb.ai"]
+    client.force_login(tenant.admin)
+    response = client.post(
+        "/o/acme/secrets/", {"provider": "wandb", "api_key": PLAINTEXT, "base_url": "https://wandb.evil.test"}
+    )
+    assert response.status_code == 400
+    assert "WANDB_ALLOWED_BASE_URLS" in response.content.decode()
+    assert not ProviderSecret.dangerously_unscoped_objects.exists()
+
+
+def test_a_stored_wandb_base_url_taken_off_the_list_is_refused_when_used(tenant, settings):
+    settings.WANDB_ALLOWED_BASE_URLS = ["https://wandb.acme.test"]
+    with organization_scope(tenant.organization):
+        provider_secret_set(
+            organization=tenant.organization,
+            actor=tenant.owner,
+            provider="wandb",
+            api_key=PLAINTEXT,
+            base_url="https://wandb.acme.test",
+        )
+        settings.WANDB_ALLOWED_BASE_URLS = ["https://api.wandb.ai"]
+        with pytest.raises(UnsafeUrlError, match="WANDB_ALLOWED_BASE_URLS"):
+            provider_credentials(organization=tenant.organization, provider="wandb")

@@ -57,3 +57,15 @@ def test_a_custom_pattern_with_catastrophic_backtracking_is_refused(signed_in, t
     response = signed_in(tenant.admin).post(f"{BASE}/settings/", {"custom_patterns": "(a+)+$"})
     assert response.status_code == 400
     assert "catastrophic backtracking" in response.content.decode()
+
+
+def test_the_settings_page_sets_wandb_logging_and_viewers_see_it(tenant, client):
+    client.force_login(tenant.admin)
+    assert 'name="wandb_logging"' in client.get(URL).content.decode()
+    assert client.post(URL, {"redact": [], "wandb_logging": "runs"}).status_code == 302
+    with organization_scope(tenant.organization):
+        assert IngestSettings.objects.get(project=tenant.project).wandb_logging == "runs"
+    client.force_login(tenant.viewer)
+    page = client.get(URL).content.decode()
+    assert "Log to Weights &amp; Biases" in page and "Runs and experiments" in page
+    assert client.post(URL, {"redact": [], "wandb_logging": "off"}).status_code == 403

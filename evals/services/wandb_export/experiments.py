@@ -1,21 +1,15 @@
-"""An ended experiment's metrics logged to Weights & Biases, when the organization
-saved a W&B API key (Secrets page, provider "wandb"; its base URL, if any, points at a
-self-hosted W&B server).
-
-Uses the ``wandb`` SDK, a runtime requirement (imported here only, when an experiment
-is logged: it is slow to import). The W&B project is the AgentOps project's slug, the run is named
-after the experiment and grouped by dataset. ``settings.WANDB_MODE`` ("online" by
-default; tests use "offline", which writes the run to disk through the real SDK).
-"""
+"""An ended experiment's metrics logged to Weights & Biases: the W&B project is the
+AgentOps project's slug, the run (id ``agentops-experiment-<id>``) is named after the
+experiment and grouped by dataset."""
 
 from __future__ import annotations
 
 import logging
 
-from django.conf import settings
+from django.utils import timezone
 
-from agentops.services.secrets import provider_credentials
-from evals.models import Experiment, ExperimentResult
+from evals.models import Experiment, ExperimentResult, WandbExport
+from evals.services.wandb_export.client import Mode, WandbRefused, credentials, logging_mode, record, start_run
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +46,11 @@ def wandb_payload(experiment: Experiment) -> tuple[dict, dict]:
     return config, summary
 
 
-def log_experiment(*, experiment_id: int) -> bool:
-    """Log the experiment to W&B if the organization has a key; True when logged."""
+def log_experiment(*, experiment_id: int, final: bool = True) -> bool:
+    """Log the ended experiment to W&B if the organization has a key and the project logs
+    experiments; True when logged. A failure is recorded on its ``WandbExport`` row (final
+    when ``final``, else the task retries) and raised, except a refused setting, which no
+    retry fixes."""
     experiment = (
         Experiment.objects.select_related("project__organization", "dataset", "dataset_version")
         .filter(pk=experiment_id)
@@ -61,31 +58,43 @@ def log_experiment(*, experiment_id: int) -> bool:
     )
     if experiment is None or not experiment.ended:
         return False
-    credentials = provider_credentials(organization=experiment.project.organization, provider="wandb")
-    if credentials is None:
+    if logging_mode(experiment.project) == Mode.OFF:
         return False
     try:
-        import wandb
-    except ImportError:
-        logger.error(
-            "experiment %s: a W&B key is saved but the wandb package is missing: pip install -r requirements.txt",
-            experiment_id,
+        saved = credentials(experiment.project.organization)
+    except WandbRefused as exc:
+        logger.error("experiment %s: not logged to W&B: %s", experiment_id, exc)
+        record(
+            project=experiment.project, experiment_id=experiment.pk, status=WandbExport.Status.FAILED, error=str(exc)
         )
         return False
-    api_key, base_url = credentials
+    if saved is None:
+        return False
+    started = timezone.now()
+    try:
+        _log(experiment, saved)
+    except Exception as exc:
+        status = WandbExport.Status.FAILED if final else WandbExport.Status.QUEUED
+        record(
+            project=experiment.project, experiment_id=experiment.pk, status=status, error=f"{type(exc).__name__}: {exc}"
+        )
+        raise
+    record(project=experiment.project, experiment_id=experiment.pk, status=WandbExport.Status.LOGGED, logged_at=started)
+    return True
+
+
+def _log(experiment: Experiment, saved: tuple[str, str]) -> None:
+    import wandb
+
     config, summary = wandb_payload(experiment)
-    options = {"mode": settings.WANDB_MODE, "api_key": api_key, "silent": True}
-    if base_url:
-        options["base_url"] = base_url
-    run = wandb.init(
+    run = start_run(
+        credentials=saved,
+        run_id=f"agentops-experiment-{experiment.pk}",
         project=experiment.project.slug,
         name=experiment.name,
         group=experiment.dataset.name,
         job_type="evaluation",
         config=config,
-        dir=str(settings.WANDB_DIR),
-        settings=wandb.Settings(**options),
-        reinit="create_new",
     )
     try:
         names = [spec["name"] for spec in experiment.evaluators]
@@ -97,4 +106,3 @@ def log_experiment(*, experiment_id: int) -> bool:
         run.summary.update(summary)
     finally:
         run.finish()
-    return True

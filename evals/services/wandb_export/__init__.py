@@ -1,0 +1,18 @@
+"""Weights & Biases logging, when the organization saved a W&B key (Secrets page,
+provider "wandb"; a base URL only from the operator's ``WANDB_ALLOWED_BASE_URLS``), as
+the project's settings choose (``IngestSettings.wandb_logging``): off, ended experiments
+(the default), or every ended run and experiment.
+
+- ``client``: the SDK (``wandb``, a runtime requirement), the key, the project's choice,
+  and the ``WandbExport`` row that records each outcome;
+- ``experiments``: an ended experiment's metrics and per-item table;
+- ``runs``: every ended run, its scores as they arrive.
+
+``settings.WANDB_MODE`` is "online" by default; tests use "offline", which writes the
+runs to ``WANDB_DIR`` through the real SDK.
+"""
+
+from evals.services.wandb_export.experiments import log_experiment, wandb_payload
+from evals.services.wandb_export.runs import log_runs, on_run_ended, run_payload, sweep
+
+__all__ = ["log_experiment", "log_runs", "on_run_ended", "run_payload", "sweep", "wandb_payload"]
