@@ -18,6 +18,9 @@ import pytest
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+# How long a browser test waits for anything (a hang guard; see chromium_page).
+BROWSER_WAIT_MS = 60_000
+
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -65,13 +68,15 @@ def chromium_page() -> Iterator:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 860})
-            page.set_default_timeout(15_000)
+            # A hang guard, not a speed check: a loaded 2-core CI machine can take many
+            # seconds for what a quiet one does at once.
+            page.set_default_timeout(BROWSER_WAIT_MS)
             yield page
         finally:
             browser.close()
 
 
-def wait_until(page, expression: str, timeout: float = 15_000) -> None:
+def wait_until(page, expression: str, timeout: float | None = None) -> None:
     """Waits until the JavaScript ``expression`` is true in ``page`` (false while it throws).
 
     Playwright's ``wait_for_function`` builds its predicate with ``eval`` inside the page,
@@ -80,6 +85,7 @@ def wait_until(page, expression: str, timeout: float = 15_000) -> None:
     """
     from playwright.sync_api import Error
 
+    timeout = BROWSER_WAIT_MS if timeout is None else timeout
     check = f"(() => {{ try {{ return Boolean({expression}); }} catch (error) {{ return false; }} }})()"
     deadline = time.monotonic() + timeout / 1000
     while True:

@@ -80,10 +80,10 @@ def test_an_experiment_started_from_the_page_shows_its_scores_live(
         _wait_live(page)
 
         # Items are scored one by one: the count moves and scores appear in their rows.
-        wait_until(page, f"Number(document.querySelector('{progress}').dataset.completed) >= 1", timeout=30_000)
-        page.wait_for_selector(".result-row[data-status='done'] .score-pass", timeout=30_000)
+        wait_until(page, f"Number(document.querySelector('{progress}').dataset.completed) >= 1")
+        page.wait_for_selector(".result-row[data-status='done'] .score-pass")
         page.screenshot(path=str(artifacts_dir / "experiment-live-running.png"), full_page=True)
-        wait_until(page, f"document.querySelector('{progress}').dataset.status === 'succeeded'", timeout=60_000)
+        wait_until(page, f"document.querySelector('{progress}').dataset.status === 'succeeded'")
         page.wait_for_selector(f"#experiment-{experiment_id}-summary")
 
         assert page.evaluate("window.__not_reloaded") is True

@@ -75,10 +75,10 @@ def test_a_local_job_submitted_from_the_page_shows_its_log_lines_live(
         _wait_live(page)
 
         # The lines arrive one by one on the open page.
-        page.wait_for_selector(f"{log} [data-number='1']", timeout=30_000)
+        page.wait_for_selector(f"{log} [data-number='1']")
         assert "line 0" in page.locator(log).inner_text()
         lines_seen_early = page.locator(f"{log} .log-line").count()
-        wait_until(page, f"document.querySelector('{status}').dataset.status === 'running'", timeout=30_000)
+        wait_until(page, f"document.querySelector('{status}').dataset.status === 'running'")
         page.screenshot(path=str(artifacts_dir / "job-live-running.png"), full_page=True)
         # The jobs list, opened by a viewer while the job runs, follows its row.
         listing = page.context.browser.new_page(viewport={"width": 1280, "height": 860})
@@ -87,9 +87,9 @@ def test_a_local_job_submitted_from_the_page_shows_its_log_lines_live(
         _wait_live(listing)
         row = f"#job-row-{job_id}"
         assert listing.locator(row).get_attribute("data-status") == "running"
-        page.wait_for_selector(f"{log} [data-number='{LINES}']", timeout=30_000)
-        wait_until(page, f"document.querySelector('{status}').dataset.status === 'succeeded'", timeout=30_000)
-        wait_until(listing, f"document.querySelector('{row}').dataset.status === 'succeeded'", timeout=30_000)
+        page.wait_for_selector(f"{log} [data-number='{LINES}']")
+        wait_until(page, f"document.querySelector('{status}').dataset.status === 'succeeded'")
+        wait_until(listing, f"document.querySelector('{row}').dataset.status === 'succeeded'")
         assert "$" in listing.locator(f"{row} td").nth(6).inner_text(), "the row shows the job's cost"
         listing.close()
 
