@@ -11,8 +11,9 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from runs.events import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
 from runs.models import Run
-from runs.services.ingest import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent, ingest
 
 SYSTEM_PROMPT = "You are the support agent of Acme. Use the tools; answer in two sentences."
 

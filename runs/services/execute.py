@@ -32,11 +32,12 @@ from agentops.llm.context import context_window, estimate_tokens
 from agentops.llm.providers import provider_for
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
 from runs.live import TextStream
 from runs.models import Agent, AgentVersion, Approval, Run
 from runs.services.agents import clean_parameters
 from runs.services.approvals import approval_request, approvals_close
-from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.services.recorded_tools import recorded_tools
 from runs.services.redaction import redactor_for
 from runs.signals import run_ended

@@ -24,8 +24,9 @@ from evals.services.scoring import (
     spec_of,
     validate_config,
 )
+from runs.events import RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
 from runs.models import Run
-from runs.services.ingest import RunEvent, StepEvent, ToolCallEvent, ingest
 from tests.evals.helpers import make_evaluator
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

@@ -13,9 +13,10 @@ from django.db import connection
 from agentops.scoping import organization_scope
 from billing.services import step_cost
 from runs import selectors
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
+from runs.ingest import write as ingest_write
 from runs.models import Message, Run, Step, ToolCall
-from runs.services import ingest as ingest_module
-from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.services.redaction import REPLACEMENT, Redactor
 from runs.services.settings import ingest_settings_update
 
@@ -249,7 +250,7 @@ def test_a_span_whose_parent_id_is_not_hex_is_rejected_not_made_a_root():
     and status) instead of being rejected like a bad trace or span id."""
     import json
 
-    from runs.otlp import decode, mapping
+    from runs.otlp import decode, map_traces
 
     span = {
         "traceId": "0af7651916cd43dd8448eb211c80319c",
@@ -260,7 +261,7 @@ def test_a_span_whose_parent_id_is_not_hex_is_rejected_not_made_a_root():
         "endTimeUnixNano": "1763640001000000000",
     }
     body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
-    batch = mapping.map_traces(decode.decode_traces(body, decode.JSON))
+    batch = map_traces(decode.decode_traces(body, decode.JSON))
     assert (batch.rejected, batch.steps) == (1, [])
     assert "parent span id" in batch.problems[0]
 
@@ -390,7 +391,7 @@ def test_two_batches_linking_each_others_sub_agents_do_not_deadlock(transactiona
         )
 
     barrier = threading.Barrier(2, timeout=3)
-    original = ingest_module._link_parent_runs
+    original = ingest_write.link_parent_runs
 
     def link_together(*args, **kwargs):
         # Both batches hold their runs' locks here before either links.
@@ -400,7 +401,7 @@ def test_two_batches_linking_each_others_sub_agents_do_not_deadlock(transactiona
             pass  # the other batch waits for a lock we hold: go on
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(ingest_module, "_link_parent_runs", link_together)
+    monkeypatch.setattr(ingest_write, "link_parent_runs", link_together)
     errors: list[Exception] = []
 
     def send(trace_ids):

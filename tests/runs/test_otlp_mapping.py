@@ -16,7 +16,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from runs.otlp.mapping import MAX_DEPTH, TRUNCATED, map_logs, map_traces
+from runs.events import MAX_DEPTH, TRUNCATED
+from runs.otlp import map_logs, map_traces
 
 TRACE = bytes.fromhex("5b8efff798038103d269b633813fc60c")
 ROOT = bytes.fromhex("eee19b7ec3c1b174")

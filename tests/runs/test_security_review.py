@@ -3,7 +3,7 @@ untrusted agent data (run names, session ids, model names, tool names, payloads)
 the pages, fragments, live updates and the API.
 
 Each test names the attack it stops. Data is sent the way agents send it: through
-``runs.services.ingest.ingest`` (or the API endpoints themselves)."""
+``runs.ingest.ingest`` (or the API endpoints themselves)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from django.test import Client
 from django.utils import timezone
 
 from agentops.scoping import organization_scope
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
 from runs.live import render_runs_ingested
 from runs.models import IngestSettings, Run, SavedView
-from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from tests.factories import ProjectFactory
 
 BASE = "/o/acme/p/agent/runs"
