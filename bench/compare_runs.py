@@ -1,6 +1,6 @@
 """Benchmark: comparing two 500-step runs.
 
-Stores two realistic runs of 500 steps each through ``runs.services.ingest.ingest``
+Stores two realistic runs of 500 steps each through ``runs.ingest.ingest``
 on a private embedded PostgreSQL (a root agent step, then LLM calls and tool calls in
 turn, with chat-completion responses, tool arguments and results of about 1 kB, a
 memory snapshot every 25 steps and a long final answer). Run B is run A replayed with
@@ -82,7 +82,7 @@ def tool_payloads(rng: random.Random, index: int) -> tuple[str, dict, dict]:
 
 def build_run(trace_id: str, steps: int, start: datetime, *, variant: bool):
     """The events of one run of ``steps`` steps; ``variant`` makes run B."""
-    from runs.services.ingest import MemoryEvent, RunEvent, StepEvent, ToolCallEvent
+    from runs.events import MemoryEvent, RunEvent, StepEvent, ToolCallEvent
 
     rng = random.Random(11)  # both runs draw the same payloads; B then changes some
     answer_lines = [SENTENCES[n % 5] for n in range(24)]
@@ -230,9 +230,9 @@ def run(args) -> None:
     from agentops.scoping import organization_scope
     from agentops.services.organizations import organization_create, project_create
     from agentops.services.users import user_get_or_create_verified
+    from runs.ingest import ingest
     from runs.models import Run
     from runs.services.compare import compare_runs
-    from runs.services.ingest import ingest
 
     user, _ = user_get_or_create_verified(email="bench@example.com", password="bench-password")
     organization = organization_create(name="Bench", slug="bench", owner=user)

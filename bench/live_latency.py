@@ -2,7 +2,7 @@
 
 A page of the project is connected through the real ASGI WebSocket stack (Channels
 consumer, Redis channel layer on a private embedded Redis, production settings); steps are
-stored one at a time through the write path (`runs.services.ingest.ingest`, as the
+stored one at a time through the write path (`runs.ingest.ingest`, as the
 executor and the ingestion endpoints do) from a worker thread; for each, the time from
 the moment the transaction committed to the moment the page's socket received the update
 is recorded. Prints p50/p95 against the goal (p95 < 200 ms).
@@ -48,7 +48,8 @@ def store(project, n: int) -> float:
     from django.db import transaction
 
     from agentops.scoping import organization_scope
-    from runs.services.ingest import StepEvent, ingest
+    from runs.events import StepEvent
+    from runs.ingest import ingest
 
     committed: list[float] = []
     with organization_scope(project.organization), transaction.atomic():

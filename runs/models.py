@@ -58,7 +58,7 @@ class Run(TenantModel):
     release = models.CharField(max_length=100, blank=True)
     tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
     metadata = PayloadJSONField(default=dict, blank=True)
-    # Totals, kept current as steps arrive (runs.services.ingest recomputes them).
+    # Totals, kept current as steps arrive (runs.ingest recomputes them).
     step_count = models.PositiveIntegerField(default=0)
     error_count = models.PositiveIntegerField(default=0)
     llm_call_count = models.PositiveIntegerField(default=0)

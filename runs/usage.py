@@ -21,8 +21,8 @@ from django.db.models.functions import Coalesce
 from agentops.models import Project
 from agentops.scoping import dangerously_unscoped
 from billing.usage import StepRepricing
+from runs.ingest import recompute_run_totals
 from runs.models import Run, Step
-from runs.services.ingest import recompute_run_totals
 
 _BATCH = 2000
 

@@ -22,9 +22,10 @@ from evals.services.experiments import experiment_start
 from evals.services.online import rule_create
 from jobs import services as job_services
 from jobs.models import Job
+from runs.events import RunEvent
+from runs.ingest import ingest
 from runs.models import Run
 from runs.services.agents import agent_create
-from runs.services.ingest import RunEvent, ingest
 from tests.evals.factories import make_dataset, make_evaluator
 from tests.jobs.factories import make_backend
 

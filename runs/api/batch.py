@@ -3,7 +3,7 @@
 A batch is ``{"events": [...]}``; each event has a ``type`` (run, step, message,
 tool_call, memory) and a client-chosen ``id``. Every event is checked on its own, so
 one bad event never rejects its neighbours; the answer is 207 with one result per
-event, in request order. All the valid events go to ``runs.services.ingest.ingest``
+event, in request order. All the valid events go to ``runs.ingest.ingest``
 in one call, hence one transaction: when the answer is 207, they are in PostgreSQL.
 
 Per event:
@@ -43,8 +43,9 @@ from agentops.errors import Forbidden, InvalidRequest
 from agentops.jsonsafe import MAX_DEPTH, child_path, printable, value_problem
 from agentops.outages import UNAVAILABLE_ERRORS, log_refusal
 from runs.api import serializers as s
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
-from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ platform's ``{"error": {...}}``.
        is not stored. Redis alone down is no reason: rate limits and live updates wait.
 =====  ==============================================================================
 
-Log records: only the GenAI message events are stored (see ``runs.otlp.mapping.map_logs``);
+Log records: only the GenAI message events are stored (see ``runs.otlp.logs``);
 other records are accepted and dropped.
 """
 
@@ -51,8 +51,8 @@ from agentops.api.throttling import ApiKeyRateThrottle
 from agentops.errors import ServiceError
 from agentops.outages import UNAVAILABLE_ERRORS, log_refusal
 from agentops.scoping import organization_scope, reset_scope
-from runs.otlp import decode, mapping
-from runs.services.ingest import ingest
+from runs.ingest import ingest
+from runs.otlp import MappedBatch, decode, map_logs, map_traces
 
 logger = logging.getLogger(__name__)
 
@@ -132,10 +132,10 @@ class OtlpExportView(APIView):
                 )
         return self.answer(batch, media)
 
-    def map(self, body: bytes, media: str) -> mapping.MappedBatch:
+    def map(self, body: bytes, media: str) -> MappedBatch:
         raise NotImplementedError
 
-    def answer(self, batch: mapping.MappedBatch, media: str) -> HttpResponse:
+    def answer(self, batch: MappedBatch, media: str) -> HttpResponse:
         raise NotImplementedError
 
     def handle_exception(self, exc):
@@ -194,12 +194,12 @@ _SCHEMA = {
 
 class OtlpTracesView(OtlpExportView):
     """``ExportTraceServiceRequest`` in; every valid span becomes a step of its trace's
-    run (see ``runs.otlp.mapping``); spans with invalid ids are rejected alone."""
+    run (see ``runs.otlp.spans``); spans with invalid ids are rejected alone."""
 
     signal = "traces"
 
     def map(self, body, media):
-        return mapping.map_traces(decode.decode_traces(body, media))
+        return map_traces(decode.decode_traces(body, media))
 
     def answer(self, batch, media):
         response = ExportTraceServiceResponse()
@@ -221,12 +221,12 @@ class OtlpTracesView(OtlpExportView):
 
 class OtlpLogsView(OtlpExportView):
     """``ExportLogsServiceRequest`` in; the GenAI message events become messages of their
-    trace (``runs.otlp.mapping.map_logs``). Other log records are accepted and ignored."""
+    trace (``runs.otlp.logs``). Other log records are accepted and ignored."""
 
     signal = "logs"
 
     def map(self, body, media):
-        return mapping.map_logs(decode.decode_logs(body, media))
+        return map_logs(decode.decode_logs(body, media))
 
     def answer(self, batch, media):
         response = ExportLogsServiceResponse()

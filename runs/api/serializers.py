@@ -20,9 +20,9 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from agentops.api.serializers import InputSerializer
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
 from runs.selectors import SORTABLE
-from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
 
 # No model call has a billion tokens (the OTLP mapping ignores larger counts too). A
 # run's cost is numeric(18, 9), under a billion dollars: 200 steps of 10^12 tokens

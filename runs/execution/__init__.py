@@ -4,7 +4,7 @@ Execution is the tool-calling loop: ask the model; store the call as an ``llm`` 
 run each tool it asked for and store a ``tool`` step, the tool call, the tool's message
 and the scratch memory; repeat until the model answers without tools, the step limit is
 reached, the run is cancelled or a call fails. Every step goes through
-``runs.services.ingest.ingest`` — the same write path as ingested traces — so totals,
+``runs.ingest.ingest`` — the same write path as ingested traces — so totals,
 cost and live updates work the same way.
 
 One module per job, each opening with its contract:

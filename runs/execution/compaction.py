@@ -13,11 +13,11 @@ from django.utils import timezone
 
 from agentops.llm.base import ProviderError
 from agentops.llm.context import context_window, estimate_tokens
+from runs.events import StepEvent
 from runs.execution.claims import save_state
 from runs.execution.starting import Spec
 from runs.execution.writes import ROOT_SPAN, llm_step, write
 from runs.models import Run
-from runs.services.ingest import StepEvent
 
 # Compact the conversation when it passes this share of the model's context window,
 # keeping this many of the latest messages.

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from agentops.errors import InvalidRequest
 from agentops.llm.providers import provider_for
+from runs.events import MessageEvent, RunEvent
 from runs.execution.cancellation import end_cancelled, end_if_cancelled_while_parking
 from runs.execution.claims import LostClaim, claim_run, save_state
 from runs.execution.compaction import compact_if_needed
@@ -23,7 +24,6 @@ from runs.execution.starting import Spec, version_spec
 from runs.execution.tool_calls import ENDED, WAITING, run_pending_tools
 from runs.execution.writes import finish_run, root_step, write
 from runs.models import Run
-from runs.services.ingest import MessageEvent, RunEvent
 from runs.services.recorded_tools import recorded_tools
 from runs.services.redaction import redactor_for
 from runs.tools.registry import tools_for

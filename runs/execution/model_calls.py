@@ -16,12 +16,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops.llm.base import CallAbandoned, ProviderError
+from runs.events import MessageEvent
 from runs.execution.claims import save_state
 from runs.execution.starting import Spec
 from runs.execution.writes import ROOT_SPAN, finish_run, llm_step, write
 from runs.live import TextStream
 from runs.models import Run
-from runs.services.ingest import MessageEvent
 
 # While a model streams a long answer, the worker beats at most this often, and reads a
 # cancellation at most this often.

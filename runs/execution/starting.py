@@ -14,9 +14,10 @@ from django.utils import timezone
 from agentops.errors import InvalidRequest
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
+from runs.events import RunEvent
+from runs.ingest import ingest
 from runs.models import Agent, AgentVersion, Run
 from runs.services.agents import clean_parameters
-from runs.services.ingest import RunEvent, ingest
 from runs.tasks import execute_run
 
 

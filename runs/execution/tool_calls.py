@@ -13,12 +13,12 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from runs.events import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent
 from runs.execution.claims import save_state
 from runs.execution.starting import Spec
 from runs.execution.writes import ROOT_SPAN, finish_run, write
 from runs.models import Approval, Run
 from runs.services.approvals import approval_request
-from runs.services.ingest import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent
 from runs.tools.base import ToolContext, ToolError
 
 # The same tool with the same arguments this many times in a row gets a corrective

@@ -1,5 +1,5 @@
 """What an executed run stores, and how: every batch through the one write path
-(``runs.services.ingest.ingest``) with the project's redactor, the run's root step, a
+(``runs.ingest.ingest``) with the project's redactor, the run's root step, a
 model call's ``llm`` step, and the run's end (which tells the apps above that it ended)."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from typing import Any
 
 from django.utils import timezone
 
+from runs.events import RunEvent, StepEvent
 from runs.execution.starting import Spec
+from runs.ingest import ingest
 from runs.models import Run
-from runs.services.ingest import RunEvent, StepEvent, ingest
 from runs.signals import run_ended
 
 ROOT_SPAN = "root"

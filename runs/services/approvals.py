@@ -13,8 +13,9 @@ from django.utils import timezone
 from agentops.errors import Conflict, InvalidRequest
 from agentops.scoping import dangerously_unscoped, organization_scope
 from agentops.services.audit import audit_record
+from runs.events import RunEvent
+from runs.ingest import ingest
 from runs.models import Approval, Run
-from runs.services.ingest import RunEvent, ingest
 from runs.tasks import execute_run
 
 

@@ -11,10 +11,11 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from runs.events import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent
 from runs.execution import run_execute, run_start
+from runs.ingest import ingest
 from runs.models import Agent, Run
 from runs.services.agents import agent_create
-from runs.services.ingest import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent, ingest
 from runs.services.replay import replay_start
 
 SYSTEM_PROMPT = "You are the support agent of Acme. Use the tools; answer in two sentences."

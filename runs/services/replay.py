@@ -25,10 +25,10 @@ from django.db.models import Q
 
 from agentops.errors import Conflict, InvalidRequest
 from billing.budgets import check_work_allowed
+from runs.events import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent
 from runs.execution import ROOT_SPAN, Spec, create_executed_run, version_spec
 from runs.models import AgentVersion, MemorySnapshot, Message, Run, Step, ToolCall
 from runs.services.agents import clean_parameters
-from runs.services.ingest import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent
 from runs.services.recorded_tools import recorded_calls
 from runs.tools.registry import available_tools
 

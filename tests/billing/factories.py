@@ -45,7 +45,7 @@ def make_step(run: Run, *, model: str, input_tokens: int, output_tokens: int, co
 
 def build_ledger(*runs: Run) -> None:
     """Bring the ledger up to date with these runs, as the ledger task does."""
-    from runs.services.ingest import recompute_run_totals
+    from runs.ingest import recompute_run_totals
 
     recompute_run_totals([run.pk for run in runs])
     for run in runs:

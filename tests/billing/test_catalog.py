@@ -13,8 +13,9 @@ from agentops.scoping import dangerously_unscoped, organization_scope
 from billing import seed
 from billing.models import Price
 from billing.services import gpu_hourly_rate, price_for, prices_changed, step_cost, tool_cost
+from runs.events import StepEvent
+from runs.ingest import ingest
 from runs.models import Step
-from runs.services.ingest import StepEvent, ingest
 from tests.agentops.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -8,8 +8,9 @@ from decimal import Decimal
 from agentops.scoping import organization_scope
 from billing.catalog import price_create
 from billing.models import Price, UsageDaily
+from runs.events import StepEvent
+from runs.ingest import ingest
 from runs.models import Run, Step
-from runs.services.ingest import StepEvent, ingest
 from tests.billing.test_ledger import drain
 
 AT = datetime(2026, 11, 2, 12, tzinfo=UTC)

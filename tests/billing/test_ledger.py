@@ -12,8 +12,9 @@ from agentops.scoping import dangerously_unscoped, organization_scope
 from billing.ledger import ledger_mark, ledger_rebuild, ledger_refresh
 from billing.models import LedgerBacklog, RunUsage, UsageDaily
 from billing.tasks import refresh_ledger
+from runs.events import RunEvent, StepEvent
+from runs.ingest import ingest
 from runs.models import Run, Step
-from runs.services.ingest import RunEvent, StepEvent, ingest
 
 DAY1 = datetime(2026, 11, 19, 23, 59, 0, tzinfo=UTC)
 DAY2 = datetime(2026, 11, 20, 0, 0, 30, tzinfo=UTC)

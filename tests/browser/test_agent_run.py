@@ -172,9 +172,10 @@ def test_a_run_page_re_renders_from_the_database_when_its_socket_opens(
     dropped) were announced to nobody: the page fetches the run again on every open."""
     from django.utils import timezone
 
+    from runs.events import RunEvent, StepEvent
     from runs.execution import run_start
+    from runs.ingest import ingest
     from runs.services.agents import agent_create
-    from runs.services.ingest import RunEvent, StepEvent, ingest
     from tests.browser.test_runs_pages import _in_another_thread
 
     with organization_scope(tenant.organization):

@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from agentops.scoping import organization_scope
 from billing.ledger import ledger_refresh
-from runs.services.ingest import StepEvent, ingest
+from runs.events import StepEvent
+from runs.ingest import ingest
 from tests.browser.conftest import chromium_page
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.browser.test_runs_pages import _console_errors, _sign_in

@@ -12,8 +12,9 @@ import pytest
 from django.utils import timezone
 
 from agentops.scoping import organization_scope
+from runs.events import StepEvent
+from runs.ingest import ingest
 from runs.models import Run
-from runs.services.ingest import StepEvent, ingest
 from tests.agentops.factories import PASSWORD
 from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused

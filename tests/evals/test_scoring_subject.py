@@ -8,8 +8,9 @@ from decimal import Decimal
 
 from agentops.scoping import organization_scope
 from evals.scoring.subject import Subject, ToolCallView
+from runs.events import RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
 from runs.models import Run
-from runs.services.ingest import RunEvent, StepEvent, ToolCallEvent, ingest
 from tests.evals.scoring_helpers import score
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

@@ -20,11 +20,12 @@ from agentops.services.secrets import provider_secret_set
 from evals.models import WandbExport
 from evals.services.experiments import experiment_start
 from evals.services.wandb_export import log_experiment, log_runs, sweep
+from runs.events import RunEvent, StepEvent
+from runs.ingest import ingest
 from runs.models import Run
 from runs.services.agents import agent_create
-from runs.services.ingest import RunEvent, StepEvent, ingest
 from runs.services.settings import ingest_settings_update
-from tests.evals.helpers import drive, make_dataset, make_evaluator
+from tests.evals.factories import drive, make_dataset, make_evaluator
 
 # --- Reading what wandb wrote -------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Runs as agents send them, for the runs tests: written through the one write path
-(``runs.services.ingest.ingest``) inside the organization's scope, never row by row."""
+(``runs.ingest.ingest``) inside the organization's scope, never row by row."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from datetime import timedelta
 from django.utils import timezone
 
 from agentops.scoping import organization_scope
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
 from runs.models import Run
-from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 
 T0 = timezone.now().replace(microsecond=0) - timedelta(hours=1)
 

@@ -11,8 +11,9 @@ from django.db import InterfaceError, OperationalError, connection
 
 from agentops.scoping import organization_scope
 from runs.api import batch
+from runs.events import RunEvent
+from runs.ingest import ingest
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
-from runs.services.ingest import RunEvent, ingest
 
 URL = "/api/v1/ingest"
 T = "2026-11-20T12:00:{:02d}Z"

@@ -9,8 +9,9 @@ import json
 from datetime import UTC, datetime
 
 from agentops.scoping import organization_scope
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
 from runs.models import Run
-from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from tests.agentops.factories import ProjectFactory
 from tests.isolation import ListIsolation, ReadIsolation
 

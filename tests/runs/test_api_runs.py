@@ -10,16 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentops.scoping import organization_scope
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
 from runs.models import Run
 from runs.selectors import SORTABLE
-from runs.services.ingest import (
-    MemoryEvent,
-    MessageEvent,
-    RunEvent,
-    StepEvent,
-    ToolCallEvent,
-    ingest,
-)
 from tests.runs.factories import agent_run
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

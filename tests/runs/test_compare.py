@@ -1,6 +1,6 @@
 """Comparing two runs: the step alignment of two known runs, the word and line diffs of
 their outputs, their memory and metrics; the API (shape, 400s, isolation, roles) and
-the shareable page. Runs are stored through ``runs.services.ingest.ingest``."""
+the shareable page. Runs are stored through ``runs.ingest.ingest``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentops.scoping import organization_scope
+from runs.events import MemoryEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
 from runs.models import Run
 from runs.services import compare
-from runs.services.ingest import MemoryEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 MODEL = "mistral-large-2512"  # priced: $0.50 in and $1.50 out per million tokens

@@ -12,8 +12,9 @@ from django.db import connections
 from agentops.live import live_path, topic
 from agentops.routing import websocket_urlpatterns
 from agentops.scoping import organization_scope
+from runs.events import StepEvent
+from runs.ingest import ingest
 from runs.models import Run
-from runs.services.ingest import StepEvent, ingest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -23,7 +23,7 @@ from agentops.scoping import organization_scope
 from agentops.services.api_keys import api_key_revoke
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
 from runs.otlp import decode
-from tests.runs.test_otlp_mapping import (
+from tests.runs.otlp_helpers import (
     CHILD,
     ROOT,
     SECOND,

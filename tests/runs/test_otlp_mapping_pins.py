@@ -1,4 +1,4 @@
-"""Bugs found in the OTLP mapping (runs/otlp/mapping.py) and pinned. The rest of the
+"""Bugs found in the OTLP mapping (runs/otlp/) and pinned. The rest of the
 mapping's tests are in test_otlp_mapping.py."""
 
 

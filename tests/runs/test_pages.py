@@ -1,7 +1,7 @@
 """The runs pages: list, filters, saved views, a run's detail and its fragments, sessions,
 the dashboard; tenant isolation of every one of them; the live fragments ingest sends.
 
-Data is created the way agents create it: through ``runs.services.ingest.ingest``."""
+Data is created the way agents create it: through ``runs.ingest.ingest``."""
 
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ from django.utils import timezone
 from agentops.live import group_name
 from agentops.scoping import organization_scope
 from runs import selectors
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
 from runs.live import render_runs_ingested
 from runs.models import IngestSettings, Run, SavedView, Step
-from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.views import display
 from tests.agentops.factories import ProjectFactory
 from tests.runs.factories import XSS, agent_run, hostile_run

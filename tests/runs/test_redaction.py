@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from agentops.scoping import organization_scope
+from runs.events import StepEvent
+from runs.ingest import ingest
 from runs.models import IngestSettings, Run, Step
-from runs.services.ingest import StepEvent, ingest
 from runs.services.redaction import REPLACEMENT, Redactor
 from runs.services.settings import ingest_settings_update
 

@@ -9,10 +9,11 @@ import pytest
 from django.utils import timezone
 
 from agentops.scoping import organization_scope
+from runs.events import RunEvent, StepEvent, ToolCallEvent
 from runs.execution import run_execute, run_start
+from runs.ingest import ingest
 from runs.models import Run, Step, ToolCall
 from runs.services.agents import agent_create
-from runs.services.ingest import RunEvent, StepEvent, ToolCallEvent, ingest
 from runs.services.replay import replay_groups, replay_start
 from runs.tools.builtins import BUILTIN_TOOLS
 from tests.fake_mistral import completion

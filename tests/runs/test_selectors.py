@@ -4,8 +4,9 @@ from datetime import UTC, datetime, timedelta
 
 from agentops.scoping import organization_scope
 from runs import selectors
+from runs.events import MessageEvent, StepEvent
+from runs.ingest import ingest
 from runs.models import Run
-from runs.services.ingest import MessageEvent, StepEvent, ingest
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 
@@ -101,7 +102,7 @@ def test_a_tools_answer_repeated_as_json_text_in_the_next_call_is_shown_once(ten
     events = [
         MessageEvent(trace_id="t", message_id="a:in:0", position=0, role="user", content="weather?"),
         MessageEvent(trace_id="t", message_id="a:out:0", position=10, role="assistant", content=None, tool_calls=call),
-        # From the tool span (runs.otlp.mapping): the answer as an object.
+        # From the tool span (runs.otlp.spans): the answer as an object.
         MessageEvent(
             trace_id="t", message_id="tool:tool", position=15, role="tool", content={"t": 21}, tool_call_id="c1"
         ),

@@ -3,8 +3,9 @@
 import re
 
 from agentops.scoping import organization_scope
+from runs.events import StepEvent
+from runs.ingest import ingest
 from runs.models import IngestSettings, Step
-from runs.services.ingest import StepEvent, ingest
 
 BASE = "/o/acme/p/agent/runs"
 URL = f"{BASE}/settings/"

@@ -34,7 +34,7 @@ from runs.models import IngestSettings, Run
 
 logger = logging.getLogger(__name__)
 
-ENDED = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED)
+ENDED = Run.ENDED
 # Rows stamped this long before a cursor are looked at again: a row's timestamp is set
 # before its transaction commits, so a scan may miss it the first time.
 OVERLAP = timedelta(minutes=2)

@@ -10,16 +10,9 @@ from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
 
 from agentops.scoping import organization_scope
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest, recompute_run_totals
 from runs.models import IngestSettings, MemorySnapshot, Message, Run, Step, ToolCall
-from runs.services.ingest import (
-    MemoryEvent,
-    MessageEvent,
-    RunEvent,
-    StepEvent,
-    ToolCallEvent,
-    ingest,
-    recompute_run_totals,
-)
 from runs.services.redaction import NO_REDACTION, Redactor
 from runs.services.settings import ingest_settings_update
 from runs.tasks import purge_expired_runs

@@ -1,4 +1,4 @@
-"""Bugs found in the one write path (runs/services/ingest.py) and pinned: values
+"""Bugs found in the one write path (runs/ingest/) and pinned: values
 PostgreSQL refuses, the run's status and error following its root step, parent runs,
 and two batches linking each other's sub-agents. The rest of ingest's tests are in
 test_services_ingest.py."""
@@ -12,9 +12,10 @@ import pytest
 from django.db import connection
 
 from agentops.scoping import organization_scope
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
+from runs.ingest import write as ingest_module
 from runs.models import Message, Run, Step, ToolCall
-from runs.services import ingest as ingest_module
-from runs.services.ingest import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, ingest
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 
@@ -149,7 +150,7 @@ def test_two_batches_linking_each_others_sub_agents_do_not_deadlock(transactiona
         )
 
     barrier = threading.Barrier(2, timeout=3)
-    original = ingest_module._link_parent_runs
+    original = ingest_module.link_parent_runs
 
     def link_together(*args, **kwargs):
         # Both batches hold their runs' locks here before either links.
@@ -159,7 +160,7 @@ def test_two_batches_linking_each_others_sub_agents_do_not_deadlock(transactiona
             pass  # the other batch waits for a lock we hold: go on
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(ingest_module, "_link_parent_runs", link_together)
+    monkeypatch.setattr(ingest_module, "link_parent_runs", link_together)
     errors: list[Exception] = []
 
     def send(trace_ids):

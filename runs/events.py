@@ -1,0 +1,177 @@
+"""The events of the trace store, and what makes a value storable in it.
+
+Everything that writes trace data builds these dataclasses and hands them to
+``runs.ingest.ingest()``: the OTLP mapping (``runs.otlp``), the JSON batch API
+(``runs.api.batch``), the executor and the demo data. This module is the bottom of that
+path: it imports no writer and no reader of them (nothing of ``runs.ingest``,
+``runs.otlp``, ``runs.api`` or the executor), so each builds on it without a cycle.
+
+An event names its run by the client's trace id and itself by a client-visible id (span
+id, message id, call id, snapshot id): re-sending one updates it instead of adding one.
+
+The cleaners below make any value storable as PostgreSQL ``jsonb`` and ``text``: no NaN
+or Infinity (kept as the strings ``"NaN"``, ``"Infinity"``), no NUL characters, no
+unpaired surrogates (``?``), at most ``MAX_DEPTH`` levels of nesting. Inside ``noting()``
+they say what they changed (the OTLP receivers name such items in ``partial_success``);
+outside, they clean silently (the write path's last line of defence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agentops.jsonsafe import storable_lossless, storable_text
+from runs.models import Step
+
+# Run fields a client may state explicitly (JSON batch "run" events).
+RUN_FIELDS = (
+    "name",
+    "agent_name",
+    "agent_version",
+    "status",
+    "error",
+    "input",
+    "output",
+    "started_at",
+    "ended_at",
+    "session_id",
+    "parent_trace_id",
+    "end_user_id",
+    "environment",
+    "release",
+    "tags",
+    "metadata",
+)
+# Run fields a step may fill in when the run does not have them yet (span attributes
+# such as session.id or the root span's input).
+RUN_HINT_FIELDS = (
+    "name",
+    "agent_name",
+    "agent_version",
+    "input",
+    "output",
+    "session_id",
+    "parent_trace_id",
+    "end_user_id",
+    "environment",
+    "release",
+    "tags",
+    "metadata",
+)
+
+
+@dataclass
+class RunEvent:
+    """What a client states about a run. Only the keys present in ``fields`` change
+    (those of ``RUN_FIELDS``; others are ignored)."""
+
+    trace_id: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepEvent:
+    trace_id: str
+    span_id: str
+    parent_span_id: str = ""
+    kind: str = Step.Kind.CUSTOM
+    name: str = ""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    status: str = Step.Status.UNSET
+    error: str = ""
+    model: str = ""
+    provider: str = ""
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    input: Any = None
+    output: Any = None
+    attributes: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)
+    # Filled into the run when it lacks them: session_id, end_user_id, agent_name, ...
+    run_hints: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MessageEvent:
+    trace_id: str
+    message_id: str
+    position: int
+    role: str
+    content: Any = None
+    span_id: str = ""
+    tool_calls: list = field(default_factory=list)
+    tool_call_id: str = ""
+    name: str = ""
+    tokens: int | None = None
+    finish_reason: str = ""
+
+
+@dataclass
+class ToolCallEvent:
+    trace_id: str
+    call_id: str
+    tool_name: str
+    span_id: str = ""
+    arguments: Any = None
+    result: Any = None
+    error: str = ""
+    latency_ms: float | None = None
+    started_at: datetime | None = None
+
+
+@dataclass
+class MemoryEvent:
+    trace_id: str
+    snapshot_id: str
+    sequence: int
+    state: Any
+    span_id: str = ""
+    taken_at: datetime | None = None
+
+
+# --- Storable values ---------------------------------------------------------------
+
+# What the values of the item being cleaned needed to become storable (see ``noting``).
+_notes: ContextVar[set[str] | None] = ContextVar("storable_notes", default=None)
+TEXT_CUT = "text longer than its field cut"
+
+
+@contextmanager
+def noting() -> Iterator[set[str]]:
+    """Collect, while one item (a span, a log record) is cleaned, how its values were
+    changed."""
+    notes: set[str] = set()
+    token = _notes.set(notes)
+    try:
+        yield notes
+    finally:
+        _notes.reset(token)
+
+
+def note(what: str) -> None:
+    """Record, inside ``noting()``, that a value was changed to be storable."""
+    notes = _notes.get()
+    if notes is not None:
+        notes.add(what)
+
+
+def clean_text(text: str) -> str:
+    """``text`` as PostgreSQL stores it (``agentops.jsonsafe.storable_text``), noted."""
+    return storable_text(text, note=note)
+
+
+def clean_float(number: float) -> float | str:
+    return storable_lossless(number, note=note)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` (parsed JSON or converted attributes) made storable as ``jsonb``, the
+    lossless way (``agentops.jsonsafe.storable_lossless``), noted."""
+    return storable_lossless(value, note=note)

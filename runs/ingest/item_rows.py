@@ -1,0 +1,204 @@
+"""The rows of a batch's steps, messages, tool calls and memory snapshots, as ``sql``
+writes them: redacted, cut to their columns, each step with its cost (``billing``'s
+prices at the step's time) and each item keyed by its client-visible id.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from billing.services import step_cost, tool_cost
+from runs.ingest.sql import Upsert
+from runs.models import MemorySnapshot, Message, Step, ToolCall
+from runs.services.redaction import Redactor
+
+STEP_FIELDS = (
+    "parent_span_id",
+    "kind",
+    "name",
+    "started_at",
+    "ended_at",
+    "duration_ms",
+    "status",
+    "error",
+    "model",
+    "provider",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "cost",
+    "unpriced",
+    "price_id",
+    "input",
+    "output",
+    "attributes",
+    "events",
+)
+
+
+def _characters(value: Any) -> int:
+    """How many characters a tool was given (the unit of tools priced per character,
+    such as text to speech): the text itself, or the JSON of structured input."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict) and len(value) == 1 and isinstance(next(iter(value.values())), str):
+        return len(next(iter(value.values())))  # {"text": "..."}: the text
+    return len(json.dumps(value, default=str))
+
+
+def duration_ms(started: datetime | None, ended: datetime | None) -> float | None:
+    if started and ended:
+        return max((ended - started).total_seconds() * 1000, 0.0)
+    return None
+
+
+def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    rows = []
+    for event in events:
+        cost, unpriced, price_id = None, False, None
+        if event.model or event.kind == Step.Kind.LLM:
+            computed = step_cost(
+                model=event.model,
+                input_tokens=event.input_tokens,
+                cached_input_tokens=event.cached_input_tokens,
+                output_tokens=event.output_tokens,
+                at=event.started_at or now,
+                organization_id=project.organization_id,
+            )
+            cost, price_id = computed.amount, computed.price_id
+            unpriced = computed.amount is None and (
+                event.kind == Step.Kind.LLM or event.input_tokens or event.output_tokens
+            )
+        elif event.kind == Step.Kind.TOOL:
+            # A tool with a price (per call, character of its input, or second): most
+            # have none and cost nothing, which is not "unpriced".
+            duration = duration_ms(event.started_at, event.ended_at)
+            computed = tool_cost(
+                tool_name=event.name,
+                characters=_characters(event.input),
+                seconds=(duration or 0) / 1000,
+                at=event.started_at or now,
+                organization_id=project.organization_id,
+            )
+            cost, price_id = computed.amount, computed.price_id
+        rows.append(
+            dict(
+                organization_id=project.organization_id,
+                project_id=project.pk,
+                run_id=run_by_trace[event.trace_id].pk,
+                span_id=event.span_id,
+                parent_span_id=event.parent_span_id or "",
+                kind=event.kind,
+                name=event.name[:500],
+                started_at=event.started_at,
+                ended_at=event.ended_at,
+                duration_ms=duration_ms(event.started_at, event.ended_at),
+                status=event.status,
+                error=redactor.apply(event.error) or "",
+                model=event.model[:200],
+                provider=event.provider[:100],
+                input_tokens=max(event.input_tokens, 0),
+                cached_input_tokens=max(event.cached_input_tokens, 0),
+                output_tokens=max(event.output_tokens, 0),
+                cost=cost,
+                unpriced=bool(unpriced),
+                price_id=price_id,
+                input=redactor.apply(event.input),
+                output=redactor.apply(event.output),
+                attributes=redactor.apply(event.attributes) or {},
+                events=redactor.apply(event.events) or [],
+                created_at=now,
+            )
+        )
+    return Upsert(Step, rows, unique_fields=("run", "span_id"), update_fields=STEP_FIELDS)
+
+
+def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    rows = [
+        dict(
+            organization_id=project.organization_id,
+            project_id=project.pk,
+            run_id=run_by_trace[e.trace_id].pk,
+            span_id=e.span_id,
+            message_id=e.message_id,
+            position=e.position,
+            role=e.role[:32],
+            content=redactor.apply(e.content),
+            tool_calls=redactor.apply(e.tool_calls) or [],
+            tool_call_id=e.tool_call_id[:200],
+            name=e.name[:200],
+            tokens=e.tokens,
+            finish_reason=e.finish_reason[:64],
+            created_at=now,
+        )
+        for e in events
+    ]
+    return Upsert(
+        Message,
+        rows,
+        unique_fields=("run", "message_id"),
+        update_fields=(
+            "span_id",
+            "position",
+            "role",
+            "content",
+            "tool_calls",
+            "tool_call_id",
+            "name",
+            "tokens",
+            "finish_reason",
+        ),
+    )
+
+
+def tool_calls_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    rows = [
+        dict(
+            organization_id=project.organization_id,
+            project_id=project.pk,
+            run_id=run_by_trace[e.trace_id].pk,
+            span_id=e.span_id,
+            call_id=e.call_id,
+            tool_name=e.tool_name[:200],
+            arguments=redactor.apply(e.arguments),
+            result=redactor.apply(e.result),
+            error=redactor.apply(e.error) or "",
+            latency_ms=e.latency_ms,
+            started_at=e.started_at,
+            created_at=now,
+        )
+        for e in events
+    ]
+    return Upsert(
+        ToolCall,
+        rows,
+        unique_fields=("run", "call_id"),
+        update_fields=("span_id", "tool_name", "arguments", "result", "error", "latency_ms", "started_at"),
+    )
+
+
+def snapshots_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    rows = [
+        dict(
+            organization_id=project.organization_id,
+            project_id=project.pk,
+            run_id=run_by_trace[e.trace_id].pk,
+            span_id=e.span_id,
+            snapshot_id=e.snapshot_id,
+            sequence=e.sequence,
+            state=redactor.apply(e.state),
+            taken_at=e.taken_at,
+            created_at=now,
+        )
+        for e in events
+    ]
+    return Upsert(
+        MemorySnapshot,
+        rows,
+        unique_fields=("run", "snapshot_id"),
+        update_fields=("span_id", "sequence", "state", "taken_at"),
+    )

@@ -1,0 +1,234 @@
+"""The runs of a batch: locked (or created) in an order that cannot deadlock, merged
+with what the events say about them, and linked to their parent run.
+
+A step may arrive before its run: its trace id creates the run. Fields a client stated
+(``RunEvent``) win over what spans hint (``StepEvent.run_hints``), the root span's hints
+over an inner span's; only runs this batch has locked are ever written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+from django.db.models import JSONField
+from psycopg.sql import Literal
+
+from runs.events import RUN_FIELDS, RUN_HINT_FIELDS
+from runs.ingest.sql import Upsert, copy_upsert, storable
+from runs.models import Run
+from runs.services.redaction import Redactor
+
+# Run fields its search text is made of.
+SEARCHED_RUN_FIELDS = ("name", "input", "output")
+
+
+@dataclass
+class UpsertedRuns:
+    run_by_trace: dict[str, Run]
+    # Trace ids of the runs this batch inserted: the new runs, announced as new.
+    created: list[str]
+    # Other runs locked: sub-agent runs waiting for one of these runs as their parent.
+    waiting_children: list[int]
+    # Trace ids of the runs whose name, input or output this batch set (their search text).
+    search_changed: set[str]
+
+
+@cache
+def _run_columns() -> tuple[list, str]:
+    """The run fields ingest reads back, and their columns as SQL: all but the executor's
+    state and the search text, which grow large and which ingest never reads."""
+    fields = [f for f in Run._meta.concrete_fields if f.attname not in ("execution", "search")]
+    return fields, ", ".join(connection.ops.quote_name(f.column) for f in fields)
+
+
+def _runs_from_rows(rows) -> list[Run]:
+    """Run instances of rows of ``_run_columns()`` (without those two, which stay deferred)."""
+    fields, _ = _run_columns()
+    attnames = [f.attname for f in fields]
+    json_positions = [i for i, f in enumerate(fields) if isinstance(f, JSONField)]
+    runs = []
+    for row in rows:
+        values = list(row)
+        for i in json_positions:  # jsonb comes as text (Django's loader), as for a queryset
+            values[i] = fields[i].from_db_value(values[i], None, connection)
+        runs.append(Run.from_db(connection.alias, attnames, values))
+    return runs
+
+
+@cache
+def _insert_runs_sql() -> str:
+    """INSERT of new runs, one per trace id of ``%(trace_ids)s``, returning them. Their
+    defaults are written into it as constants (typed: a SELECT does not take its
+    columns' types from the INSERT as VALUES would): with a handful of parameters and
+    under 4 kB, psycopg parses it once per process instead of once per batch."""
+    _, columns = _run_columns()
+    new_fields = [f for f in Run._meta.concrete_fields if not f.primary_key]
+    given = {"organization_id": "%(organization_id)s", "project_id": "%(project_id)s", "trace_id": "batch.trace_id"}
+    given |= {"created_at": "%(now)s::timestamptz", "updated_at": "%(now)s::timestamptz"}
+    values = []
+    for f in new_fields:
+        if f.attname in given:
+            values.append(given[f.attname])
+            continue
+        if f.has_default() and callable(f.default) and f.default not in (dict, list):
+            raise ImproperlyConfigured(f"Run.{f.name}: ingest cannot write its default as a constant")
+        literal = Literal(storable(f.get_default(), isinstance(f, JSONField))).as_string(connection.connection)
+        values.append(f"{literal.replace('%', '%%')}::{f.db_type(connection)}")
+    # In trace id order, as every batch: of two batches creating the same runs, the
+    # second waits at the first one they share, before it has created any other.
+    return f"""
+        INSERT INTO runs_run ({", ".join(connection.ops.quote_name(f.column) for f in new_fields)})
+        SELECT {", ".join(values)} FROM unnest(%(trace_ids)s::text[]) WITH ORDINALITY AS batch(trace_id, position)
+        ORDER BY batch.position
+        ON CONFLICT (project_id, trace_id) DO NOTHING
+        RETURNING {columns}
+        """  # noqa: S608 - names are quoted constants, defaults quoted literals
+
+
+def _lock_runs(project, trace_ids: list[str], now) -> tuple[list[Run], list[Run]]:
+    """Lock the runs of ``trace_ids`` and the sub-agent runs waiting for one of them as
+    their parent, then create the runs that do not exist yet. Returns (created, locked)."""
+    _, columns = _run_columns()
+    params = {"organization_id": project.organization_id, "project_id": project.pk, "now": now}
+    with connection.cursor() as cursor:
+        # Every lock a batch needs on existing runs, in one statement in id order. The
+        # sub-agent runs waiting for one of these runs as their parent are locked too:
+        # linking them writes to them, and a lock taken then, out of id order, could
+        # deadlock with a batch that holds that child and waits for one of ours.
+        cursor.execute(
+            f"SELECT {columns} FROM runs_run WHERE project_id = %(project_id)s "  # noqa: S608 - quoted constants
+            "AND (trace_id = ANY(%(trace_ids)s) OR (parent_trace_id = ANY(%(trace_ids)s) AND parent_run_id IS NULL)) "
+            "ORDER BY id FOR UPDATE",
+            {**params, "trace_ids": trace_ids},
+        )
+        locked = _runs_from_rows(cursor.fetchall())
+        existing = {run.trace_id for run in locked}
+        missing = [t for t in trace_ids if t not in existing]
+        if not missing:
+            return [], locked  # the usual batch: its runs exist (an executed run's, always)
+        # New runs are this batch's own until it commits: another batch creating one of
+        # them too waits at its INSERT for this one to commit, and this one never waits
+        # for the runs that batch has locked (it writes only runs it locked or created).
+        cursor.execute(_insert_runs_sql(), {**params, "trace_ids": missing})
+        created = _runs_from_rows(cursor.fetchall())
+        inserted = {run.trace_id for run in created}
+        raced = [t for t in missing if t not in inserted]
+        if raced:
+            # Another batch created them since the lock above (the INSERT waited for it to
+            # commit): lock them now. The one lock out of id order, and only when two
+            # batches create a run at once.
+            cursor.execute(
+                f"SELECT {columns} FROM runs_run WHERE project_id = %s AND trace_id = ANY(%s) "  # noqa: S608
+                "ORDER BY id FOR UPDATE",
+                [project.pk, raced],
+            )
+            locked += _runs_from_rows(cursor.fetchall())
+    return created, locked
+
+
+def upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor, now) -> UpsertedRuns:
+    """Lock (or create) the runs of ``trace_ids`` and merge what the events say. Their
+    ``updated_at`` is left to recompute_run_totals(), which writes every run anyway."""
+    created, locked = _lock_runs(project, trace_ids, now)
+    batch_traces = set(trace_ids)
+    run_by_trace, waiting_children = {}, []
+    for run in created + locked:
+        if run.trace_id in batch_traces:
+            run_by_trace[run.trace_id] = run
+        else:
+            waiting_children.append(run.pk)
+
+    changed: set[str] = set()  # the fields written, of every run in changed_runs
+    changed_runs: set[str] = set()
+    search_changed: set[str] = set()
+
+    def merge(run, name, value):
+        setattr(run, name, value)
+        changed.add(name)
+        changed_runs.add(run.trace_id)
+        if name in SEARCHED_RUN_FIELDS:
+            search_changed.add(run.trace_id)
+
+    parent_trace_before = {trace_id: run.parent_trace_id for trace_id, run in run_by_trace.items()}
+    # Hints of inner spans only fill gaps; the root span's hints win over them (a
+    # sub-agent's span may arrive before the root); explicit run events win over both.
+    ordered = sorted(step_events, key=lambda e: not e.parent_span_id)
+    for event in ordered:
+        run = run_by_trace[event.trace_id]
+        is_root = not event.parent_span_id
+        hints = dict(event.run_hints)
+        if is_root:
+            # The root span names the run and carries its input and output.
+            hints = {"name": event.name, "input": event.input, "output": event.output, **hints}
+        for name, value in hints.items():
+            if name not in RUN_HINT_FIELDS or value in (None, "", [], {}):
+                continue
+            if name in run.explicit_fields:
+                continue
+            if is_root or getattr(run, name) in (None, "", [], {}):
+                merge(run, name, redactor.apply(value) if name in ("input", "output", "metadata") else value)
+    for event in run_events:
+        run = run_by_trace[event.trace_id]
+        for name, value in event.fields.items():
+            if name not in RUN_FIELDS:
+                continue
+            if name in ("input", "output", "metadata", "error"):
+                value = redactor.apply(value)
+            merge(run, name, value)
+            if name not in run.explicit_fields:
+                merge(run, "explicit_fields", [*run.explicit_fields, name])
+            if name == "status":
+                merge(run, "status_explicit", True)
+    for trace_id, run in run_by_trace.items():
+        if run.parent_trace_id != parent_trace_before[trace_id] and run.parent_run_id is not None:
+            # Named another parent (or none): link_parent_runs links it again.
+            merge(run, "parent_run_id", None)
+    if changed:
+        # Every run exists and is locked: this INSERT only ever updates.
+        copy_upsert(
+            Upsert(
+                Run,
+                [
+                    {
+                        "organization_id": project.organization_id,
+                        "project_id": project.pk,
+                        "trace_id": run.trace_id,
+                        **{name: getattr(run, name) for name in changed},
+                    }
+                    for trace_id, run in run_by_trace.items()
+                    if trace_id in changed_runs
+                ],
+                unique_fields=("project", "trace_id"),
+                update_fields=tuple(sorted(changed)),
+            )
+        )
+    return UpsertedRuns(
+        run_by_trace=run_by_trace,
+        created=[run.trace_id for run in created],
+        waiting_children=waiting_children,
+        search_changed=search_changed,
+    )
+
+
+def link_parent_runs(project, runs: list[Run], waiting_children: list[int]) -> None:
+    """Tie sub-agent runs to their parent run by the parent's trace id, in either order.
+    Only runs this batch has locked are written (``runs`` and the ``waiting_children``
+    of its runs): a child that appeared since is linked by its own batch, or by the next
+    one of its parent."""
+    if not waiting_children and not any(run.parent_trace_id and run.parent_run_id is None for run in runs):
+        return  # no run this batch has locked waits for its parent
+    run_ids = [run.pk for run in runs]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE runs_run AS child SET parent_run_id = parent.id
+            FROM runs_run AS parent
+            WHERE child.id = ANY(%s) AND child.parent_trace_id <> '' AND child.parent_run_id IS NULL
+              AND parent.project_id = %s AND parent.trace_id = child.parent_trace_id AND parent.id <> child.id
+              AND (child.id = ANY(%s) OR parent.id = ANY(%s))
+            """,
+            [run_ids + waiting_children, project.pk, run_ids, run_ids],
+        )

@@ -1,0 +1,146 @@
+"""How rows reach PostgreSQL: one upsert per table, keyed by the client-visible id.
+
+A few rows (the executor's batches) go as one multi-row INSERT for every table at once;
+many go through COPY into a temporary table. Statements are built once per process
+(cached), so psycopg prepares them once. Values are made storable on the way: JSON as
+``Jsonb``, text cleaned of what PostgreSQL refuses (``runs.events``' cleaners).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.db import connection
+from django.db.models import JSONField
+from psycopg.types.json import Jsonb
+
+from runs.events import clean_text, json_safe
+
+# One encoder for every document: json.dumps() with any option builds a new one per call.
+_STRICT_JSON = json.JSONEncoder(allow_nan=False)
+
+
+def _jsonb_text(value: Any) -> str:
+    """``value`` as JSON that ``jsonb`` takes. Callers other than the OTLP mapping and
+    the batch API (which clean or refuse them) may hand over NaN, Infinity, NUL
+    characters or unpaired surrogates (a webhook tool's answer, say): jsonb refuses
+    them, and the whole batch would fail. They are cleaned as the OTLP mapping cleans them
+    (``runs.events.json_safe``)."""
+    try:
+        text = _STRICT_JSON.encode(value)
+    except (ValueError, TypeError):
+        text = None
+    # Escaped: a NUL is \u0000; an unpaired surrogate, like every astral character, \udXXX.
+    if text is None or "\\u0000" in text or "\\ud" in text:
+        text = _STRICT_JSON.encode(json_safe(value))
+    return text
+
+
+def storable(value: Any, is_json_column: bool) -> Any:
+    """``value`` as psycopg takes it for a column: JSON wrapped as Jsonb, text cleaned of
+    what PostgreSQL would refuse."""
+    if value is None:
+        return None
+    if is_json_column:
+        return Jsonb(value, dumps=_jsonb_text)
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):  # an array of text
+        return [clean_text(item) if isinstance(item, str) else item for item in value]
+    return value
+
+
+# Up to this many rows, one multi-row INSERT; beyond, COPY through a temporary table.
+SMALL_UPSERT_ROWS = 20
+
+
+@dataclass
+class Upsert:
+    """Rows (dicts by attribute name) to insert into ``model``'s table, or to update on
+    ``unique_fields`` (only ``update_fields``; with none, existing rows are left alone)."""
+
+    model: type
+    rows: list[dict]
+    unique_fields: tuple[str, ...]
+    update_fields: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UpsertSQL:
+    fields: list
+    columns: str
+    table: str
+    on_conflict: str
+
+
+@cache
+def upsert_sql(model, unique_fields: tuple[str, ...], update_fields: tuple[str, ...]) -> UpsertSQL:
+    """The parts of an upsert's SQL that depend only on its model and fields."""
+    quote, meta = connection.ops.quote_name, model._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    conflict = ", ".join(quote(meta.get_field(name).column) for name in unique_fields)
+    updates = ", ".join(
+        f"{column} = EXCLUDED.{column}" for column in (quote(meta.get_field(name).column) for name in update_fields)
+    )
+    return UpsertSQL(
+        fields=fields,
+        columns=", ".join(quote(f.column) for f in fields),
+        table=quote(meta.db_table),
+        on_conflict=f"ON CONFLICT ({conflict}) " + (f"DO UPDATE SET {updates}" if updates else "DO NOTHING"),
+    )
+
+
+def copy_upsert(*upserts: Upsert) -> None:
+    """Write ``upserts``. Many rows go through COPY into a temporary table and one INSERT
+    ... ON CONFLICT DO UPDATE: the fastest way PostgreSQL takes many rows of large JSON
+    (about 3x bulk_create's, measured with bench/ingest_otlp.py). A few rows (the
+    executor's batches) go as INSERT ... VALUES, those of every table in one statement:
+    one round trip instead of one per table, or the four statements of the COPY path.
+    Values go to psycopg as the builders above made them, JSON wrapped as Jsonb; only
+    what PostgreSQL would refuse (NUL characters, unpaired surrogates, NaN) is cleaned on
+    the way."""
+    small, params = [], []
+    with connection.cursor() as cursor:
+        for upsert in upserts:
+            if not upsert.rows:
+                continue
+            sql = upsert_sql(upsert.model, upsert.unique_fields, upsert.update_fields)
+            defaults = {f.attname: f.get_default() for f in sql.fields}
+            json_columns = [isinstance(f, JSONField) for f in sql.fields]
+
+            def values_of(row: dict, sql=sql, defaults=defaults, json_columns=json_columns) -> list:
+                return [
+                    storable(row.get(f.attname, defaults[f.attname]), json_column)
+                    for f, json_column in zip(sql.fields, json_columns, strict=True)
+                ]
+
+            if len(upsert.rows) <= SMALL_UPSERT_ROWS:
+                placeholders = "(" + ", ".join(["%s"] * len(sql.fields)) + ")"
+                small.append(
+                    f"INSERT INTO {sql.table} ({sql.columns}) "  # noqa: S608 - names are quoted constants
+                    f"VALUES {', '.join([placeholders] * len(upsert.rows))} {sql.on_conflict}"
+                )
+                params += [value for row in upsert.rows for value in values_of(row)]
+                continue
+            temp = connection.ops.quote_name(f"_ingest_{upsert.model._meta.db_table}")
+            # One temporary table per connection, emptied before each use and at commit.
+            cursor.execute(
+                f"CREATE TEMP TABLE IF NOT EXISTS {temp} ON COMMIT DELETE ROWS AS "  # noqa: S608 - quoted constants
+                f"SELECT {sql.columns} FROM {sql.table} WITH NO DATA"
+            )
+            cursor.execute(f"TRUNCATE {temp}")
+            with cursor.cursor.copy(f"COPY {temp} ({sql.columns}) FROM STDIN") as copy:
+                for row in upsert.rows:
+                    copy.write_row(values_of(row))
+            cursor.execute(
+                f"INSERT INTO {sql.table} ({sql.columns}) SELECT {sql.columns} FROM {temp} {sql.on_conflict}"  # noqa: S608
+            )
+        if len(small) == 1:
+            cursor.execute(small[0], params)
+        elif small:
+            # Data-modifying WITH queries run to their end even when nothing reads them.
+            ctes = ", ".join(f"upsert_{i} AS ({statement})" for i, statement in enumerate(small))
+            cursor.execute(f"WITH {ctes} SELECT 1", params)

@@ -1,0 +1,213 @@
+"""The attribute vocabularies a span is read in, asked in turn (names in the ``docs`` of
+each project, summarised in ``shared/reference/integrations.md`` section 2):
+
+- OpenTelemetry GenAI semantic conventions, current and deprecated names (``gen_ai.*``);
+- OpenInference (``openinference.span.kind``, ``llm.*``, ``tool.*``, ``input.value``...);
+- Langfuse (``langfuse.*``).
+
+Two attributes of our own complete them: ``agentops.span.kind`` (any step kind, e.g.
+``memory``, overriding the detection) and ``agentops.parent_trace_id`` (the trace of the
+parent run, for a sub-agent traced separately). Here: a span's step kind, token usage,
+input and output, and what it tells about its run. Its messages are ``messages``'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from runs.models import Step
+from runs.otlp.attributes import first_count, first_text, first_value, parse_json_text, text_value
+
+MAX_TAGS = 50
+
+LLM, CUSTOM = Step.Kind.LLM.value, Step.Kind.CUSTOM.value
+
+OPENINFERENCE_KINDS = {
+    "LLM": "llm",
+    "CHAIN": "chain",
+    "TOOL": "tool",
+    "AGENT": "agent",
+    "RETRIEVER": "retrieval",
+    "RERANKER": "retrieval",
+    "EMBEDDING": "embedding",
+    "GUARDRAIL": "guardrail",
+    "EVALUATOR": CUSTOM,
+    "PROMPT": CUSTOM,
+    "UNKNOWN": CUSTOM,
+}
+LANGFUSE_KINDS = {
+    "generation": "llm",
+    "agent": "agent",
+    "tool": "tool",
+    "retriever": "retrieval",
+    "embedding": "embedding",
+    "chain": "chain",
+    "guardrail": "guardrail",
+    "evaluator": CUSTOM,
+    "event": CUSTOM,
+    "span": CUSTOM,
+}
+GEN_AI_OPERATION_KINDS = {
+    "chat": "llm",
+    "generate_content": "llm",
+    "text_completion": "llm",
+    "embeddings": "embedding",
+    "retrieval": "retrieval",
+    "create_agent": "agent",
+    "invoke_agent": "agent",
+    "invoke_workflow": "chain",
+    "execute_tool": "tool",
+}
+# A span carrying any of these is a model call even without a kind.
+MODEL_CALL_HINTS = ("gen_ai.request.model", "gen_ai.system", "gen_ai.provider.name", "llm.model_name")
+MODEL_KEYS = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "langfuse.observation.model.name")
+PROVIDER_KEYS = ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
+INPUT_TOKEN_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
+OUTPUT_TOKEN_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")
+CACHED_TOKEN_KEYS = ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")
+USAGE_DETAILS_CACHED_KEYS = (
+    "cache_read_input_tokens",
+    "input_cache_read",
+    "input_cached_tokens",
+    "cached_input_tokens",
+    "cache_read",
+)
+LANGFUSE_TRACE_METADATA = "langfuse.trace.metadata"
+
+
+def span_kind(attributes: dict) -> str:
+    """The step kind. Each vocabulary is asked in turn; one that only says "generic"
+    (OpenInference UNKNOWN, a Langfuse span...) lets the next one decide."""
+    explicit = text_value(attributes.get("agentops.span.kind"), 16).lower()
+    if explicit in Step.Kind.values:
+        return explicit
+    for key, table, normalise in (
+        ("openinference.span.kind", OPENINFERENCE_KINDS, str.upper),
+        ("langfuse.observation.type", LANGFUSE_KINDS, str.lower),
+        ("gen_ai.operation.name", GEN_AI_OPERATION_KINDS, str.lower),
+    ):
+        kind = table.get(normalise(text_value(attributes.get(key), 100)))
+        if kind and kind != CUSTOM:
+            return kind
+    if first_value(attributes, MODEL_CALL_HINTS) is not None:
+        return LLM
+    return CUSTOM
+
+
+def usage(attributes: dict) -> tuple[int, int, int]:
+    """(input, cached input, output) tokens; 0 when not reported."""
+    details = parse_json_text(attributes.get("langfuse.observation.usage_details"))
+    details = details if isinstance(details, dict) else {}
+    langfuse = "langfuse.observation.usage_details"
+    input_tokens = first_count(attributes, INPUT_TOKEN_KEYS, details.get("input"), f"{langfuse}.input")
+    output_tokens = first_count(attributes, OUTPUT_TOKEN_KEYS, details.get("output"), f"{langfuse}.output")
+    cached = first_count(
+        attributes, CACHED_TOKEN_KEYS, first_value(details, USAGE_DETAILS_CACHED_KEYS), f"{langfuse} (cached)"
+    )
+    return input_tokens or 0, cached or 0, output_tokens or 0
+
+
+def _mime_value(attributes: dict, prefix: str) -> Any:
+    """OpenInference ``input.value`` / ``output.value``, parsed when its mime type says
+    JSON or when it holds a JSON object or array."""
+    value = attributes.get(f"{prefix}.value")
+    mime = text_value(attributes.get(f"{prefix}.mime_type"), 100).lower()
+    return parse_json_text(value, any_json="json" in mime)
+
+
+def _payload_with_system(messages: Any, instructions: Any) -> Any:
+    instructions = parse_json_text(instructions)
+    if instructions in (None, "", []):
+        return messages
+    system = {
+        "role": "system",
+        "parts": instructions if isinstance(instructions, list) else [{"type": "text", "content": instructions}],
+    }
+    if isinstance(messages, list):
+        return [system, *messages]
+    return [system] if messages is None else messages
+
+
+def span_payloads(attributes: dict, kind: str, inputs: list[dict], outputs: list[dict]) -> tuple[Any, Any]:
+    """(input, output) of a step: Langfuse's observation input/output, the GenAI
+    messages, OpenInference's messages, the tool call's arguments/result, then
+    ``input.value`` / ``output.value``."""
+    input_payload = parse_json_text(attributes.get("langfuse.observation.input"), any_json=True)
+    if input_payload is None and "gen_ai.input.messages" in attributes:
+        input_payload = _payload_with_system(
+            parse_json_text(attributes["gen_ai.input.messages"]), attributes.get("gen_ai.system_instructions")
+        )
+    if input_payload is None and kind == LLM and inputs:
+        input_payload = inputs
+    if input_payload is None and "gen_ai.tool.call.arguments" in attributes:
+        input_payload = parse_json_text(attributes["gen_ai.tool.call.arguments"])
+    if input_payload is None:
+        input_payload = _mime_value(attributes, "input")
+
+    output_payload = parse_json_text(attributes.get("langfuse.observation.output"), any_json=True)
+    if output_payload is None and "gen_ai.output.messages" in attributes:
+        output_payload = parse_json_text(attributes["gen_ai.output.messages"])
+    if output_payload is None and kind == LLM and outputs:
+        output_payload = outputs
+    if output_payload is None and "gen_ai.tool.call.result" in attributes:
+        output_payload = parse_json_text(attributes["gen_ai.tool.call.result"])
+    if output_payload is None:
+        output_payload = _mime_value(attributes, "output")
+    return input_payload, output_payload
+
+
+def _lookup_text(attributes: dict, resource: dict, keys: Iterable[str], max_length: int) -> str:
+    """The first of ``keys`` in the span's attributes, then in its resource's."""
+    keys = tuple(keys)
+    return first_text(attributes, keys, max_length) or first_text(resource, keys, max_length)
+
+
+def _tags(raw: Any) -> list[str]:
+    raw = parse_json_text(raw)
+    if isinstance(raw, str):
+        raw = raw.split(",")
+    if not isinstance(raw, list):
+        return []
+    tags = [text_value(tag, 100) for tag in raw]
+    return list(dict.fromkeys(tag for tag in tags if tag))[:MAX_TAGS]
+
+
+def _trace_metadata(attributes: dict) -> dict:
+    """Langfuse trace metadata: ``langfuse.trace.metadata.<key>`` attributes, or one
+    ``langfuse.trace.metadata`` JSON object."""
+    metadata = parse_json_text(attributes.get(LANGFUSE_TRACE_METADATA))
+    metadata = dict(metadata) if isinstance(metadata, dict) else {}
+    prefix = LANGFUSE_TRACE_METADATA + "."
+    for key, value in attributes.items():
+        if key.startswith(prefix) and len(key) > len(prefix):
+            metadata[key[len(prefix) :]] = parse_json_text(value)
+    return metadata
+
+
+def run_hints(attributes: dict, resource: dict, *, is_root: bool) -> dict[str, Any]:
+    """What a span tells about its run (session, user, agent, environment, Langfuse
+    trace fields); ingest fills the run's empty fields with them. Only non-empty hints
+    are returned: an empty one would hide the root span's name."""
+    service = text_value(resource.get("service.name"), 200)
+    if service.startswith("unknown_service"):
+        service = ""  # the SDK's placeholder when the application set no name
+    hints: dict[str, Any] = {
+        "session_id": _lookup_text(
+            attributes, resource, ("session.id", "gen_ai.conversation.id", "langfuse.session.id"), 200
+        ),
+        "end_user_id": _lookup_text(attributes, resource, ("user.id", "langfuse.user.id", "enduser.id"), 200),
+        "agent_name": first_text(attributes, ("gen_ai.agent.name", "agent.name"), 200) or (service if is_root else ""),
+        "agent_version": first_text(attributes, ("gen_ai.agent.version", "langfuse.version"), 100),
+        "environment": _lookup_text(
+            attributes, resource, ("langfuse.environment", "deployment.environment.name", "deployment.environment"), 100
+        ),
+        "release": _lookup_text(attributes, resource, ("langfuse.release", "service.version"), 100),
+        "name": first_text(attributes, ("langfuse.trace.name",), 500),
+        "tags": _tags(attributes.get("langfuse.trace.tags")),
+        "metadata": _trace_metadata(attributes),
+        "input": parse_json_text(attributes.get("langfuse.trace.input"), any_json=True),
+        "output": parse_json_text(attributes.get("langfuse.trace.output"), any_json=True),
+        "parent_trace_id": first_text(attributes, ("agentops.parent_trace_id",), 128).lower(),
+    }
+    return {name: value for name, value in hints.items() if value not in (None, "", [], {})}
