@@ -2,7 +2,7 @@
 first the settings that differ (what a replay changed), then their metrics with
 deltas, the final outputs side by side and inline, the steps
 aligned pair by pair, and the final memory's differences. The difference itself is
-``runs.services.compare``; this page only formats it."""
+``runs.compare``; this page only formats it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.urls import reverse
 from agentops.errors import NotFound
 from agentops.pages import Need, ProjectPage
 from runs import selectors
-from runs.services.compare import compare_runs, run_pair
+from runs.compare import compare_runs, run_pair
 from runs.templatetags.runs_format import duration, money, tokens
 
 RECENT_RUNS = 50
@@ -31,7 +31,7 @@ METRIC_ROWS = (
     ("tool_calls", "Tool calls", "count"),
     ("errors", "Failed steps", "count"),
 )
-# (setting, label): what a replay may change, as the page names it (runs.services.compare.SETTINGS).
+# (setting, label): what a replay may change, as the page names it (runs.compare.settings.SETTINGS).
 SETTING_LABELS = {
     "model": "Model",
     "temperature": "Temperature",
