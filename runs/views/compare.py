@@ -10,10 +10,8 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
-from django.http import Http404
 from django.urls import reverse
 
-from agentops.errors import NotFound
 from agentops.pages import Need, ProjectPage
 from runs import selectors
 from runs.compare import compare_runs, run_pair
@@ -157,10 +155,8 @@ class RunComparePage(ProjectPage):
             "recent_runs": selectors.run_list(project=self.project).only("id", "name", "trace_id")[:RECENT_RUNS],
         }
         if form.is_valid():
-            try:
-                a, b = run_pair(project=self.project, a_id=form.cleaned_data["a"], b_id=form.cleaned_data["b"])
-            except NotFound as exc:
-                raise Http404(exc.message) from None
+            # A run not in the project: NotFound, the 404 page (agentops.pages.refusal).
+            a, b = run_pair(project=self.project, a_id=form.cleaned_data["a"], b_id=form.cleaned_data["b"])
             comparison = compare_runs(a, b)
             only_changes = request.GET.get("only") == "changes"
             pairs = comparison["steps"]["pairs"]
