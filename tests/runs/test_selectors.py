@@ -2,6 +2,9 @@
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
+from agentops.errors import NotFound
 from agentops.scoping import organization_scope
 from runs import selectors
 from runs.services.ingest import MessageEvent, StepEvent, ingest
@@ -131,3 +134,12 @@ def test_sessions_and_dashboard(tenant):
     assert totals["success_rate"] == 2 / 3
     assert totals["p50_latency_ms"] == 20_000.0
     assert board["cost_by_model"][0]["model"] == "mistral-small-2603"
+
+
+def test_run_detail_of_another_tenants_run_raises_the_cores_not_found(tenant, other_tenant):
+    with organization_scope(other_tenant.organization):
+        _load(other_tenant.project)
+        theirs = selectors.run_list(project=other_tenant.project).first()
+
+    with organization_scope(tenant.organization), pytest.raises(NotFound, match="run not found"):
+        selectors.run_detail(project=tenant.project, run_id=theirs.pk)
