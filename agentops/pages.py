@@ -10,6 +10,13 @@ HTTP method, and run the handler *and the template rendering* inside
 Pages declare ``permissions = {"GET": Need("member:read", "see the members")}``;
 a method without an entry answers 405. Subclasses never override ``dispatch``
 (checked when the class is defined), so none can skip the check.
+
+They also map a service's refusal once, as ``agentops.api.errors`` does for the API: a
+``ServiceError`` that a handler lets through is answered by ``refusal`` with the error's
+status and message (``NotFound`` the 404 page, like a missing object; ``Forbidden`` the
+403 page with the reason; any other the refused page), never a 500. A handler catches a
+``ServiceError`` itself only to show it in place: inside the form it re-renders, or as a
+message that names what failed on the page it returns to.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from django.views import View
 
 from agentops import live, selectors
 from agentops.access import Access, resolve_organization, resolve_project
-from agentops.errors import Forbidden, NotFound
+from agentops.errors import Forbidden, NotFound, ServiceError
 from agentops.scoping import organization_scope, reset_scope
 
 
@@ -62,6 +69,20 @@ def forbidden(request, message: str, context: dict | None = None) -> HttpRespons
     return render(request, "403.html", {**(context or {}), "message": message}, status=403)
 
 
+def refusal(request, exc: ServiceError, context: dict | None = None) -> HttpResponse:
+    """A page's answer to a service's refusal its handler did not show itself, with the
+    status the API answers it with: ``NotFound`` is the 404 page (exactly like a missing
+    object), ``Forbidden`` the 403 page with the reason, any other the refused page with
+    its message."""
+    if isinstance(exc, NotFound):
+        raise Http404(exc.message)
+    if isinstance(exc, Forbidden):
+        return forbidden(request, exc.message, context)
+    return render(
+        request, "refused.html", {**(context or {}), "message": exc.message, "status": exc.status}, status=exc.status
+    )
+
+
 class SignedInPage(View):
     """A page for any signed-in user, outside any organization (creating one, accepting
     an invitation). Signed-out visitors go to the login page and come back."""
@@ -71,7 +92,10 @@ class SignedInPage(View):
             return redirect_to_login(request.get_full_path())
         # Tenant rows are out of reach here unless a handler enters a scope itself.
         with reset_scope():
-            return super().dispatch(request, *args, **kwargs)
+            try:
+                return super().dispatch(request, *args, **kwargs)
+            except ServiceError as exc:
+                return refusal(request, exc)
 
 
 class OrganizationPage(View):
@@ -109,10 +133,13 @@ class OrganizationPage(View):
                     self.access.require(need.permission, need.what)
                 except Forbidden as exc:
                     return forbidden(request, exc.message, self.page_context())
-                response = super().dispatch(request, *args, **kwargs)
-                # A lazily rendered response would otherwise render after the scope ends.
-                if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:
-                    response.render()
+                try:
+                    response = super().dispatch(request, *args, **kwargs)
+                    # A lazily rendered response would otherwise render after the scope ends.
+                    if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:
+                        response.render()
+                except ServiceError as exc:
+                    return refusal(request, exc, self.page_context())
                 return response
 
     def resolve_access(self, request, **kwargs) -> Access:

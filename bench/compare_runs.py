@@ -10,7 +10,7 @@ warm-up, in process with Django's test client (signed in, real PostgreSQL):
 
   - the compare page, ``GET /o/<org>/p/<project>/runs/compare/?a=&b=`` (rendered HTML),
   - the API, ``GET /api/v1/projects/<org>/<project>/compare/?a=&b=`` (JSON),
-  - ``runs.services.compare.compare_runs`` alone, with its query count.
+  - ``runs.compare.compare_runs`` alone, with its query count.
 
 Prints p50 and p95 of each against the goal: the diff renders in under 1 s.
 
@@ -230,9 +230,9 @@ def run(args) -> None:
     from agentops.scoping import organization_scope
     from agentops.services.organizations import organization_create, project_create
     from agentops.services.users import user_get_or_create_verified
+    from runs.compare import compare_runs
     from runs.ingest import ingest
     from runs.models import Run
-    from runs.services.compare import compare_runs
 
     user, _ = user_get_or_create_verified(email="bench@example.com", password="bench-password")
     organization = organization_create(name="Bench", slug="bench", owner=user)

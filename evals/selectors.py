@@ -8,8 +8,8 @@ from decimal import Decimal
 from typing import Any
 
 from django.db.models import QuerySet
-from django.http import Http404
 
+from agentops.errors import NotFound
 from evals import stats
 from evals.models import Dataset, Experiment, ExperimentResult
 from evals.services.gate import metric_value
@@ -35,14 +35,14 @@ def experiment_detail(*, project, experiment_id: int) -> Experiment:
         .first()
     )
     if experiment is None:
-        raise Http404("experiment not found")
+        raise NotFound("experiment not found")
     return experiment
 
 
 def dataset_detail(*, project, dataset_id: int) -> Dataset:
     dataset = Dataset.objects.filter(project=project, pk=dataset_id).first()
     if dataset is None:
-        raise Http404("dataset not found")
+        raise NotFound("dataset not found")
     return dataset
 
 

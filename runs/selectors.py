@@ -14,8 +14,8 @@ from typing import Any
 from django.contrib.postgres.search import SearchQuery
 from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
-from django.http import Http404
 
+from agentops.errors import NotFound
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
 
 SORTABLE = {
@@ -89,10 +89,11 @@ def run_list(*, project, filters: RunFilters | None = None) -> QuerySet[Run]:
 
 
 def run_detail(*, project, run_id: int) -> Run:
-    """One run of the project, or Http404 (another tenant's run is not found either)."""
+    """One run of the project, or NotFound (another tenant's run is not found either):
+    the API and the pages answer it 404."""
     run = Run.objects.filter(project=project, pk=run_id).first()
     if run is None:
-        raise Http404("run not found")
+        raise NotFound("run not found")
     return run
 
 

@@ -2,7 +2,6 @@
 an invitation."""
 
 from django.contrib import messages
-from django.http import Http404
 from django.shortcuts import redirect, render
 
 from agentops import selectors
@@ -58,22 +57,17 @@ class InvitationAcceptPage(SignedInPage):
 
     template_name = "agentops/invitation_accept.html"
 
-    def _invitation(self, token: str) -> Invitation:
-        try:
-            return invitations.invitation_for_token(token)
-        except ServiceError as exc:
-            raise Http404(exc.message) from None
-
     def _render(self, request, invitation: Invitation, *, error: str = "", status: int = 200):
         # The invitation was read across organizations by its token; rendering reads
         # only its own fields and its organization, which is what the link names.
         return render(request, self.template_name, {"invitation": invitation, "error": error}, status=status)
 
     def get(self, request, token):
-        return self._render(request, self._invitation(token))
+        # A link that is not valid: NotFound, the 404 page (agentops.pages.refusal).
+        return self._render(request, invitations.invitation_for_token(token))
 
     def post(self, request, token):
-        invitation = self._invitation(token)
+        invitation = invitations.invitation_for_token(token)
         try:
             membership = invitations.invitation_accept(token=token, user=request.user, ip=client_ip(request))
         except ServiceError as exc:

@@ -16,11 +16,11 @@ from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, path, reverse
 
-from agentops.errors import NotFound, ServiceError
+from agentops.errors import ServiceError
 from agentops.forms import json_object
 from agentops.pages import Need, ProjectPage
 from evals.models import Dataset, DatasetItem, DatasetVersion
@@ -197,13 +197,6 @@ class EvaluationsIndexPage(ProjectPage):
 # --- One dataset -------------------------------------------------------------------------
 
 
-def dataset_in_project(page: ProjectPage, dataset_id: int) -> Dataset:
-    try:
-        return services.dataset_detail(project=page.project, dataset_id=dataset_id)
-    except NotFound:
-        raise Http404("dataset not found") from None
-
-
 def _version_number(value: str | None) -> int | None:
     return int(value) if value and value.isdecimal() and int(value) > 0 else None
 
@@ -258,7 +251,7 @@ class DatasetPage(ProjectPage):
     permissions = {"GET": READ}
 
     def get(self, request, org_slug, project_slug, dataset_id):
-        return render_dataset(self, dataset_in_project(self, dataset_id))
+        return render_dataset(self, services.dataset_detail(project=self.project, dataset_id=dataset_id))
 
 
 class DatasetAction(ProjectPage):
@@ -279,7 +272,7 @@ class DatasetAction(ProjectPage):
 
 class DatasetEditAction(DatasetAction):
     def post(self, request, org_slug, project_slug, dataset_id):
-        dataset = dataset_in_project(self, dataset_id)
+        dataset = services.dataset_detail(project=self.project, dataset_id=dataset_id)
         form = DatasetForm(request.POST)
         if not form.is_valid():
             return render_dataset(self, dataset, edit_form=form, status=400)
@@ -300,7 +293,7 @@ class DatasetEditAction(DatasetAction):
 
 class DatasetImportAction(DatasetAction):
     def post(self, request, org_slug, project_slug, dataset_id):
-        dataset = dataset_in_project(self, dataset_id)
+        dataset = services.dataset_detail(project=self.project, dataset_id=dataset_id)
         form = ImportForm(request.POST, request.FILES)
         if not form.is_valid():
             return render_dataset(self, dataset, import_problems=["Choose a CSV or JSON Lines file."], status=400)
@@ -324,7 +317,7 @@ class DatasetImportAction(DatasetAction):
 
 class DatasetItemAddAction(DatasetAction):
     def post(self, request, org_slug, project_slug, dataset_id):
-        dataset = dataset_in_project(self, dataset_id)
+        dataset = services.dataset_detail(project=self.project, dataset_id=dataset_id)
         form = ItemForm(request.POST)
         if not form.is_valid():
             return render_dataset(self, dataset, item_form=form, status=400)
@@ -338,7 +331,7 @@ class DatasetItemAddAction(DatasetAction):
 
 class DatasetItemRemoveAction(DatasetAction):
     def post(self, request, org_slug, project_slug, dataset_id):
-        dataset = dataset_in_project(self, dataset_id)
+        dataset = services.dataset_detail(project=self.project, dataset_id=dataset_id)
         try:
             version = services.items_remove(
                 dataset=dataset, actor=request.user, keys=request.POST.getlist("key"), ip=self.ip

@@ -1,5 +1,5 @@
 """``GET /api/v1/projects/{org}/{project}/compare/?a=<run id>&b=<run id>``: the
-difference between two runs of the project (``runs.services.compare``), as JSON."""
+difference between two runs of the project (``runs.compare``), as JSON."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from runs.api.views import RunsEndpoint
-from runs.services.compare import compare_runs, run_pair
+from runs.compare import compare_runs, run_pair
 
 
 class RunPairSerializer(serializers.Serializer):

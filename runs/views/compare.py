@@ -2,7 +2,7 @@
 first the settings that differ (what a replay changed), then their metrics with
 deltas, the final outputs side by side and inline, the steps
 aligned pair by pair, and the final memory's differences. The difference itself is
-``runs.services.compare``; this page only formats it."""
+``runs.compare``; this page only formats it."""
 
 from __future__ import annotations
 
@@ -10,13 +10,11 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
-from django.http import Http404
 from django.urls import reverse
 
-from agentops.errors import NotFound
 from agentops.pages import Need, ProjectPage
 from runs import selectors
-from runs.services.compare import compare_runs, run_pair
+from runs.compare import compare_runs, run_pair
 from runs.templatetags.runs_format import duration, money, tokens
 
 RECENT_RUNS = 50
@@ -31,7 +29,7 @@ METRIC_ROWS = (
     ("tool_calls", "Tool calls", "count"),
     ("errors", "Failed steps", "count"),
 )
-# (setting, label): what a replay may change, as the page names it (runs.services.compare.SETTINGS).
+# (setting, label): what a replay may change, as the page names it (runs.compare.settings.SETTINGS).
 SETTING_LABELS = {
     "model": "Model",
     "temperature": "Temperature",
@@ -157,10 +155,8 @@ class RunComparePage(ProjectPage):
             "recent_runs": selectors.run_list(project=self.project).only("id", "name", "trace_id")[:RECENT_RUNS],
         }
         if form.is_valid():
-            try:
-                a, b = run_pair(project=self.project, a_id=form.cleaned_data["a"], b_id=form.cleaned_data["b"])
-            except NotFound as exc:
-                raise Http404(exc.message) from None
+            # A run not in the project: NotFound, the 404 page (agentops.pages.refusal).
+            a, b = run_pair(project=self.project, a_id=form.cleaned_data["a"], b_id=form.cleaned_data["b"])
             comparison = compare_runs(a, b)
             only_changes = request.GET.get("only") == "changes"
             pairs = comparison["steps"]["pairs"]

@@ -280,6 +280,45 @@ def test_method_without_a_declared_permission_is_not_allowed(signed_in, tenant):
     assert response.status_code == 405
 
 
+# --- Service errors a handler lets through -----------------------------------------------
+
+REFUSALS = [
+    ("invalid", 400, "The name must not be empty."),
+    ("forbidden", 403, "Only an owner may do that."),
+    ("not_found", 404, "There is nothing here"),
+    ("conflict", 409, "That name is taken."),
+    ("budget", 402, "The monthly budget is spent."),
+]
+
+
+@pytest.mark.urls("tests.agentops.refusing_page_urls")
+@pytest.mark.parametrize(("error", "status", "shown"), REFUSALS)
+def test_a_service_error_a_page_does_not_catch_answers_its_status_and_message_not_500(
+    signed_in, tenant, error, status, shown
+):
+    client = signed_in(tenant.member)
+
+    for response in (
+        client.get(f"{PROJECT}/refusing/", {"error": error}),
+        client.post(f"{PROJECT}/refusing/", {"error": error}),
+    ):
+        assert response.status_code == status
+        assert shown in text(response)
+        if status != 404:  # the 404 page is the same for anything not found or not yours
+            assert tenant.organization.name in text(response)  # in the organization's layout
+
+
+@pytest.mark.urls("tests.agentops.refusing_page_urls")
+@pytest.mark.parametrize(("error", "status", "shown"), REFUSALS)
+def test_a_service_error_a_signed_in_page_does_not_catch_answers_its_status_and_message(
+    signed_in, tenant, error, status, shown
+):
+    response = signed_in(tenant.member).get("/refusing/", {"error": error})
+
+    assert response.status_code == status
+    assert shown in text(response)
+
+
 # --- Viewers cannot write -----------------------------------------------------------
 
 VIEWER_WRITES = [

@@ -1,6 +1,8 @@
-"""Comparing two runs: the step alignment of two known runs, the word and line diffs of
-their outputs, their memory and metrics; the API (shape, 400s, isolation, roles) and
-the shareable page. Runs are stored through ``runs.ingest.ingest``."""
+"""Comparing two runs (``runs.compare.compare_runs``): the step alignment of two known
+runs, the word and line diffs of their outputs, their memory, metrics and settings; the
+API (shape, 400s, isolation, roles) and the shareable page. Runs are stored through
+``runs.ingest.ingest``. The alignment and text diffs alone:
+test_compare_alignment.py, test_compare_text.py."""
 
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentops.scoping import organization_scope
+from runs import compare
 from runs.events import MemoryEvent, RunEvent, StepEvent, ToolCallEvent
 from runs.ingest import ingest
 from runs.models import Run
-from runs.services import compare
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 MODEL = "mistral-large-2512"  # priced: $0.50 in and $1.50 out per million tokens
@@ -348,76 +350,6 @@ def test_other_steps_are_paired_by_kind_and_name_and_compare_input_output_and_er
     assert pairs[0]["a"]["preview"] == '{"query": "refund policy"}'
 
 
-def plan_items(plan: str) -> list[compare.StepItem]:
-    """Steps from a plan like "L calc:1 L": L an LLM call, name:arguments a tool call."""
-    items, llm_calls = [], 0
-    for word in plan.split():
-        if word == "L":
-            llm_calls += 1
-            items.append(compare.StepItem(kind="llm", name="chat", step=None, call=None, key=("llm", llm_calls)))
-        else:
-            name, _, arguments = word.partition(":")
-            items.append(compare.StepItem(kind="tool", name=name, step=None, call=None, key=("tool", name, arguments)))
-    return items
-
-
-def plan_alignment(plan_a: str, plan_b: str) -> list[tuple]:
-    def show(item):
-        return None if item is None else ("L" if item.kind == "llm" else f"{item.name}:{item.key[2]}")
-
-    return [(show(a), show(b)) for a, b in compare.aligned_items(plan_items(plan_a), plan_items(plan_b))]
-
-
-@pytest.mark.parametrize("cells", [compare.ALIGN_CELLS, 4])  # 4: the anchored alignment of long runs
-def test_llm_calls_pair_by_position_between_the_tools_that_anchor_them(monkeypatch, cells):
-    monkeypatch.setattr(compare, "ALIGN_CELLS", cells)
-
-    # An LLM call skipped in the middle is the one removed, not the last one.
-    assert plan_alignment("L calc:1 L calc:2 L", "L calc:1 calc:2 L") == [
-        ("L", "L"),
-        ("calc:1", "calc:1"),
-        ("L", None),
-        ("calc:2", "calc:2"),
-        ("L", "L"),
-    ]
-    # One more LLM call at the end of a stretch of them: the first ones pair first.
-    assert plan_alignment("search:q L L", "search:q L L L") == [
-        ("search:q", "search:q"),
-        ("L", "L"),
-        ("L", "L"),
-        (None, "L"),
-    ]
-    # Nothing in common at either end: the whole runs are aligned.
-    assert plan_alignment("calc:0 L calc:2 L calc:3 L fetch:x", "calc:9 L calc:2 L L calc:3 L store:x") == [
-        ("calc:0", "calc:9"),
-        ("L", "L"),
-        ("calc:2", "calc:2"),
-        ("L", "L"),
-        (None, "L"),
-        ("calc:3", "calc:3"),
-        ("L", "L"),
-        ("fetch:x", None),
-        (None, "store:x"),
-    ]
-
-
-def test_a_tool_with_other_arguments_pairs_only_where_no_equal_call_is_lost():
-    # calc:2 exists in both runs: it pairs with itself, and calc:1 is removed, calc:3 added.
-    assert plan_alignment("calc:1 calc:2", "calc:2 calc:3") == [
-        ("calc:1", None),
-        ("calc:2", "calc:2"),
-        (None, "calc:3"),
-    ]
-    # Different tools at one place: the removed step comes before the added one.
-    assert plan_alignment("L fetch:a L", "L store:b L") == [
-        ("L", "L"),
-        ("fetch:a", None),
-        (None, "store:b"),
-        ("L", "L"),
-    ]
-    assert plan_alignment("", "L calc:1") == [(None, "L"), (None, "calc:1")]
-
-
 def test_comparing_costs_a_fixed_number_of_queries_whatever_the_runs_size(tenant, django_assert_num_queries):
     small_a, small_b = run_a(tenant.project), run_b(tenant.project)
     big = [("tool", "calc", {"expression": f"{n}+1"}, {"value": n + 1}, "") for n in range(60)]
@@ -479,55 +411,6 @@ def test_the_word_diff_of_the_final_outputs_is_exact(tenant, two_runs):
             "a": "The answer is 2. Memory saved.",
             "b": "The answer is 3. I fetched the docs.",
         }
-    ]
-
-
-def test_word_diff_spells_both_texts_and_separates_words_whitespace_and_punctuation():
-    a, b = "the cat sat,\non the mat", "the dog sat;\non the  mat!"
-
-    segments = compare.word_diff(a, b)
-
-    assert segments == [
-        {"op": "equal", "text": "the "},
-        {"op": "delete", "text": "cat"},
-        {"op": "insert", "text": "dog"},
-        {"op": "equal", "text": " sat"},
-        {"op": "delete", "text": ","},
-        {"op": "insert", "text": ";"},
-        {"op": "equal", "text": "\non the"},
-        {"op": "delete", "text": " "},
-        {"op": "insert", "text": "  "},
-        {"op": "equal", "text": "mat"},
-        {"op": "insert", "text": "!"},
-    ]
-    assert "".join(s["text"] for s in segments if s["op"] != "insert") == a
-    assert "".join(s["text"] for s in segments if s["op"] != "delete") == b
-
-
-def test_side_by_side_pairs_changed_lines_and_lists_added_and_removed_ones():
-    rows = compare.side_by_side("one\ntwo\nthree", "one\n2\nthree\nfour")
-
-    assert [(row["op"], row["a"] and row["a"]["number"], row["b"] and row["b"]["number"]) for row in rows] == [
-        ("equal", 1, 1),
-        ("changed", 2, 2),
-        ("equal", 3, 3),
-        ("added", None, 4),
-    ]
-    assert rows[1]["a"]["segments"] == [{"op": "delete", "text": "two"}]
-    assert rows[1]["b"]["segments"] == [{"op": "insert", "text": "2"}]
-
-
-def test_long_outputs_are_cut_with_a_flag_and_still_diffed():
-    words = [f"w{n % 97}" for n in range(12_000)]
-    a = " ".join(words)
-    b = " ".join(words[:5000] + ["new"] + words[5001:])  # as long as the word it replaces
-
-    output = compare.output_diff(a, b)
-
-    assert output["a"]["truncated"] and len(output["a"]["text"]) == compare.MAX_TEXT_CHARS
-    assert [s for s in output["inline"] if s["op"] != "equal"] == [
-        {"op": "delete", "text": words[5000]},
-        {"op": "insert", "text": "new"},
     ]
 
 

@@ -2,6 +2,9 @@
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
+from agentops.errors import NotFound
 from agentops.scoping import organization_scope
 from runs import selectors
 from runs.events import MessageEvent, StepEvent
@@ -198,3 +201,12 @@ def test_full_text_search_finds_a_word_at_the_start_of_a_line(tenant):
             for q in ("refund", "invoice", "team", '"dear team" -nothing', "C:\\ (x) & | ! <->")
         }
     assert found == {"refund": 1, "invoice": 1, "team": 1, '"dear team" -nothing': 1, "C:\\ (x) & | ! <->": 0}
+
+
+def test_run_detail_of_another_tenants_run_raises_the_cores_not_found(tenant, other_tenant):
+    with organization_scope(other_tenant.organization):
+        _load(other_tenant.project)
+        theirs = selectors.run_list(project=other_tenant.project).first()
+
+    with organization_scope(tenant.organization), pytest.raises(NotFound, match="run not found"):
+        selectors.run_detail(project=tenant.project, run_id=theirs.pk)

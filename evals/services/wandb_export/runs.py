@@ -30,6 +30,7 @@ from agentops.models import ProviderSecret
 from agentops.scoping import dangerously_unscoped, organization_scope
 from evals.models import Score, WandbCursor, WandbExport
 from evals.services.wandb_export.client import Mode, WandbRefused, credentials, record, start_run
+from evals.tasks import log_runs_to_wandb
 from runs.models import IngestSettings, Run
 
 logger = logging.getLogger(__name__)
@@ -121,8 +122,6 @@ def _claim(organization_id: int, project_id: int, run_ids: list[int]) -> list[in
 
 
 def _enqueue(organization_id: int, run_ids: list[int]) -> None:
-    from evals.tasks import log_runs_to_wandb
-
     for start in range(0, len(run_ids), BATCH):
         log_runs_to_wandb.delay(organization_id, run_ids[start : start + BATCH])
 
