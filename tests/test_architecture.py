@@ -41,6 +41,7 @@ def test_every_app_of_the_project_is_checked_and_has_its_layer():
 # them. A services module is one under a ``services`` package, or any module that loads a
 # tasks module (billing's ledger and budgets): a tasks module loads neither.
 
+
 def _project_modules() -> dict[str, Path]:
     """Every module of the project's apps (migrations excluded), by dotted name."""
     modules = {}

@@ -1,5 +1,6 @@
 """A scripted backend for the poller's own tests (each real backend is tested against
-its real client in its own module), and rows for job tests."""
+its real client in its own module), the job services building it, and rows for job
+tests."""
 
 from __future__ import annotations
 
@@ -62,6 +63,18 @@ class ScriptedBackend:
 
     def cancel(self, external_id):
         self.calls.append(("cancel", external_id))
+
+
+def build_backends_with(monkeypatch, *, backend_for=None, backend_class=None) -> None:
+    """Make the job services build backends with ``backend_for`` (a row -> a backend)
+    and ``backend_class`` (a kind -> its class): every place that builds one."""
+    from jobs.services import backends, polling
+
+    if backend_for is not None:
+        monkeypatch.setattr(backends, "backend_for", backend_for)
+        monkeypatch.setattr(polling, "backend_for", backend_for)
+    if backend_class is not None:
+        monkeypatch.setattr(backends, "backend_class", backend_class)
 
 
 def make_backend(organization, *, name="box", kind="local", config=None) -> ComputeBackend:

@@ -13,14 +13,17 @@ from jobs.backends import backend_class, backend_for
 from jobs.models import ComputeBackend, Job, JobLogLine
 from jobs.services import job_poll
 from tests.evals.helpers import make_dataset, make_evaluator
-from tests.jobs.helpers import ScriptedBackend, fake_nvidia_smi, make_backend
+from tests.jobs.helpers import ScriptedBackend, build_backends_with, fake_nvidia_smi, make_backend
 
 
 @pytest.fixture(autouse=True)
 def scripted(monkeypatch):
     ScriptedBackend.reset()
-    monkeypatch.setattr(services, "backend_for", lambda backend: ScriptedBackend(config={}, credentials={}))
-    monkeypatch.setattr(services, "backend_class", lambda kind: ScriptedBackend)
+    build_backends_with(
+        monkeypatch,
+        backend_for=lambda backend: ScriptedBackend(config={}, credentials={}),
+        backend_class=lambda kind: ScriptedBackend,
+    )
     return ScriptedBackend
 
 
@@ -85,8 +88,8 @@ def test_estimate_before_submitting(tenant, backend, client_for):
 
 
 def test_a_local_backend_offers_only_the_hardware_its_host_has(tenant, client_for, monkeypatch, tmp_path):
-    monkeypatch.setattr(services, "backend_for", backend_for)  # the real local backend, not the scripted one
-    monkeypatch.setattr(services, "backend_class", backend_class)
+    # the real local backend, not the scripted one
+    build_backends_with(monkeypatch, backend_for=backend_for, backend_class=backend_class)
     smi = fake_nvidia_smi(tmp_path, "NVIDIA A100-SXM4-80GB, 81920\n")
     with organization_scope(tenant.organization):
         services.backend_create(
@@ -278,7 +281,7 @@ def real_backends(monkeypatch):
     """The real backend classes (their validate and credential destination)."""
     from jobs.backends import backend_class
 
-    monkeypatch.setattr(services, "backend_class", backend_class)
+    build_backends_with(monkeypatch, backend_class=backend_class)
 
 
 MOVES = [

@@ -17,14 +17,18 @@ from jobs import services
 from jobs.backends.base import BackendError, RemoteStatus
 from jobs.models import Job, JobEvent, JobLogLine, JobMetric
 from jobs.services import job_cancel, job_for_token, job_poll, job_submit, secret_set, token_live
-from tests.jobs.helpers import ScriptedBackend, make_backend
+from jobs.services.polling import MAX_FAILED_POLLS
+from tests.jobs.helpers import ScriptedBackend, build_backends_with, make_backend
 
 
 @pytest.fixture
 def scripted(monkeypatch):
     ScriptedBackend.reset()
-    monkeypatch.setattr(services, "backend_for", lambda backend: ScriptedBackend(config={}, credentials={}))
-    monkeypatch.setattr(services, "backend_class", lambda kind: ScriptedBackend)
+    build_backends_with(
+        monkeypatch,
+        backend_for=lambda backend: ScriptedBackend(config={}, credentials={}),
+        backend_class=lambda kind: ScriptedBackend,
+    )
     return ScriptedBackend
 
 
@@ -308,7 +312,7 @@ def test_a_backend_that_keeps_breaking_fails_the_job_in_the_end(tenant, backend,
         raise KeyError("a bug in a client library")
 
     monkeypatch.setattr(ScriptedBackend, "status", broken)
-    for _ in range(services.MAX_FAILED_POLLS - 1):
+    for _ in range(MAX_FAILED_POLLS - 1):
         assert _poll(tenant, job) is not None
     assert _poll(tenant, job) is None
     assert job.status == "failed" and "failed 8 times in a row: KeyError" in job.error
