@@ -20,8 +20,8 @@ from agentops.scoping import organization_scope
 from evals.services.annotations import queue_create
 from evals.services.experiments import experiment_start
 from evals.services.online import rule_create
-from jobs import services as job_services
 from jobs.models import Job
+from jobs.services.tokens import new_token
 from runs.events import RunEvent
 from runs.ingest import ingest
 from runs.models import Run
@@ -107,7 +107,7 @@ def make_world(tenant, client_for, key_client) -> World:
             status=Job.Status.RUNNING,
             experiment=experiment,
         )
-        token = job_services._new_token(job)
+        token = new_token(job)
         job.save()
     job_token = APIClient()
     job_token.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")

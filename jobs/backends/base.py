@@ -2,7 +2,7 @@
 
 A backend is stateless between calls: everything it needs to find a job again is the
 ``external_id`` it returned from ``submit`` and the ``cursor`` it returned from
-``logs``, both stored on the job. The poller (``jobs.services.poll``) calls it from any
+``logs``, both stored on the job. The poller (``jobs.services.polling``) calls it from any
 worker, any number of times.
 """
 

@@ -1,13 +1,16 @@
 """A scripted backend for the poller's own tests (each real backend is tested against
-its real client in its own module), and rows for job tests."""
+its real client in its own module), the job services building it, rows for job tests,
+and the steps of the services' tests: submit a job, poll it once, read its timeline."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from agentops import crypto
+from agentops.scoping import organization_scope
 from jobs.backends.base import BackendError, JobNotFound, LogChunk, RemoteStatus
-from jobs.models import ComputeBackend, Job, JobSecret
+from jobs.models import ComputeBackend, Job, JobEvent, JobSecret
+from jobs.services import backends, job_poll, job_submit, polling
 
 
 class ScriptedBackend:
@@ -63,6 +66,37 @@ class ScriptedBackend:
 
     def cancel(self, external_id):
         self.calls.append(("cancel", external_id))
+
+
+def build_backends_with(monkeypatch, *, backend_for=None, backend_class=None) -> None:
+    """Make the job services build backends with ``backend_for`` (a row -> a backend)
+    and ``backend_class`` (a kind -> its class): every place that builds one."""
+    if backend_for is not None:
+        monkeypatch.setattr(backends, "backend_for", backend_for)
+        monkeypatch.setattr(polling, "backend_for", backend_for)
+    if backend_class is not None:
+        monkeypatch.setattr(backends, "backend_class", backend_class)
+
+
+def submit_job(tenant, backend, **fields):
+    """``job_submit`` by the tenant's member, with defaults for what a test leaves out."""
+    fields = {"hardware": "a100", "command": ["python", "train.py"], "time_limit_seconds": 3600, **fields}
+    with organization_scope(tenant.organization):
+        return job_submit(project=tenant.project, actor=tenant.member, backend=backend, **fields)
+
+
+def poll_once(tenant, job):
+    """One ``job_poll`` of ``job`` (refreshed after): the seconds until the next look, or None."""
+    with organization_scope(tenant.organization):
+        following = job_poll(job_id=job.pk)
+        job.refresh_from_db()
+    return following[0] if following else None
+
+
+def timeline(tenant, job):
+    """The statuses of the job's timeline, in order."""
+    with organization_scope(tenant.organization):
+        return list(JobEvent.objects.filter(job=job).values_list("status", flat=True))
 
 
 def make_backend(organization, *, name="box", kind="local", config=None) -> ComputeBackend:

@@ -14,14 +14,24 @@ from jobs.models import ComputeBackend, Job, JobSecret
 from jobs.services import job_poll
 from tests.evals.factories import make_dataset, make_evaluator
 from tests.isolation import CreateIsolation, DeleteIsolation, ListIsolation, ReadIsolation, UpdateIsolation
-from tests.jobs.factories import ScriptedBackend, fake_nvidia_smi, make_backend, make_job, make_job_secret
+from tests.jobs.factories import (
+    ScriptedBackend,
+    build_backends_with,
+    fake_nvidia_smi,
+    make_backend,
+    make_job,
+    make_job_secret,
+)
 
 
 @pytest.fixture(autouse=True)
 def scripted(monkeypatch):
     ScriptedBackend.reset()
-    monkeypatch.setattr(services, "backend_for", lambda backend: ScriptedBackend(config={}, credentials={}))
-    monkeypatch.setattr(services, "backend_class", lambda kind: ScriptedBackend)
+    build_backends_with(
+        monkeypatch,
+        backend_for=lambda backend: ScriptedBackend(config={}, credentials={}),
+        backend_class=lambda kind: ScriptedBackend,
+    )
     return ScriptedBackend
 
 
@@ -86,8 +96,8 @@ def test_estimate_before_submitting(tenant, backend, client_for):
 
 
 def test_a_local_backend_offers_only_the_hardware_its_host_has(tenant, client_for, monkeypatch, tmp_path):
-    monkeypatch.setattr(services, "backend_for", backend_for)  # the real local backend, not the scripted one
-    monkeypatch.setattr(services, "backend_class", backend_class)
+    # the real local backend, not the scripted one
+    build_backends_with(monkeypatch, backend_for=backend_for, backend_class=backend_class)
     smi = fake_nvidia_smi(tmp_path, "NVIDIA A100-SXM4-80GB, 81920\n")
     with organization_scope(tenant.organization):
         services.backend_create(
@@ -293,7 +303,7 @@ class TestJobIsolationWithApiKey(TestJobIsolation):
 
 class TestComputeBackendIsolation(ReadIsolation, UpdateIsolation, ListIsolation, CreateIsolation):
     update_body = {"enabled": False}
-    create_body = {"name": "lab", "kind": "local"}
+    create_body = {"name": "lab", "kind": "ray"}  # not local: only platform staff add those
 
     def make_object(self, tenant):
         return make_backend(tenant.organization, name="gpu-box")
@@ -339,7 +349,7 @@ def real_backends(monkeypatch):
     """The real backend classes (their validate and credential destination)."""
     from jobs.backends import backend_class
 
-    monkeypatch.setattr(services, "backend_class", backend_class)
+    build_backends_with(monkeypatch, backend_class=backend_class)
 
 
 MOVES = [

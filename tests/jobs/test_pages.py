@@ -25,7 +25,7 @@ from jobs.backends.base import RemoteStatus
 from jobs.models import ComputeBackend, Job, JobLogLine, JobSecret
 from jobs.services import job_poll, job_submit, secret_set
 from tests.evals.factories import make_dataset, make_evaluator
-from tests.jobs.factories import ScriptedBackend, make_backend
+from tests.jobs.factories import ScriptedBackend, build_backends_with, make_backend
 
 BASE = "/o/acme/p/agent/jobs"
 COMPUTE = "/o/acme/compute"
@@ -39,8 +39,11 @@ def text(response) -> str:
 @pytest.fixture(autouse=True)
 def scripted(monkeypatch):
     ScriptedBackend.reset()
-    monkeypatch.setattr(services, "backend_for", lambda backend: ScriptedBackend(config={}, credentials={}))
-    monkeypatch.setattr(services, "backend_class", lambda kind: ScriptedBackend)
+    build_backends_with(
+        monkeypatch,
+        backend_for=lambda backend: ScriptedBackend(config={}, credentials={}),
+        backend_class=lambda kind: ScriptedBackend,
+    )
     return ScriptedBackend
 
 
@@ -638,7 +641,7 @@ def test_an_admin_turns_a_backend_off_and_on_and_edits_it(signed_in, tenant, bac
 def test_the_edit_form_refuses_to_move_a_saved_token_to_another_host(signed_in, tenant, monkeypatch):
     from jobs.backends import backend_class
 
-    monkeypatch.setattr(services, "backend_class", backend_class)  # the real Kubernetes settings
+    build_backends_with(monkeypatch, backend_class=backend_class)  # the real Kubernetes settings
     with organization_scope(tenant.organization):
         cluster = services.backend_create(
             organization=tenant.organization,
