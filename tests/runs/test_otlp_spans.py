@@ -159,3 +159,25 @@ def test_spans_with_invalid_ids_are_rejected_alone(fields, reason):
 
 def test_an_all_zero_parent_means_no_parent():
     assert step_of(make_span(parent=b"\x00" * 8)).parent_span_id == ""
+
+
+def test_a_span_whose_parent_id_is_not_hex_is_rejected_not_made_a_root():
+    """In OTLP/JSON a parent id that is not hex stood in as b"\\x00", which reads as "no
+    parent": the span became a second root (overriding the run's name, input, output
+    and status) instead of being rejected like a bad trace or span id."""
+    import json
+
+    from runs.otlp import decode, map_traces
+
+    span = {
+        "traceId": "0af7651916cd43dd8448eb211c80319c",
+        "spanId": "b7ad6b7169203331",
+        "parentSpanId": "not-hex!",
+        "name": "child",
+        "startTimeUnixNano": "1763640000000000000",
+        "endTimeUnixNano": "1763640001000000000",
+    }
+    body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+    batch = map_traces(decode.decode_traces(body, decode.JSON))
+    assert (batch.rejected, batch.steps) == (1, [])
+    assert "parent span id" in batch.problems[0]
