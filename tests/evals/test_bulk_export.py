@@ -380,3 +380,13 @@ def test_schedule_due_queues_its_period_export_once(tenant, folder):
     ExportSchedule.dangerously_unscoped_objects.filter(pk=schedule.pk).update(next_start=start)
     assert services.start_due_exports(today=start + timedelta(days=7)) == 0
     assert ExportJob.dangerously_unscoped_objects.count() == 1
+
+
+def test_docs_show_every_table_and_column_with_its_type():
+    from evals.bulk_export.tables import TABLES
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "exports.md").read_text()
+    for table in TABLES.values():
+        assert f"### `{table.name}.parquet`" in docs
+        for column in table.columns:
+            assert f"| `{column.name}` | `{column.type}` |" in docs, (table.name, column.name)
