@@ -390,3 +390,39 @@ def test_docs_show_every_table_and_column_with_its_type():
         assert f"### `{table.name}.parquet`" in docs
         for column in table.columns:
             assert f"| `{column.name}` | `{column.type}` |" in docs, (table.name, column.name)
+
+
+def test_cancel_while_running_stops_after_the_current_chunk(tenant, folder, export_root, settings, monkeypatch):
+    from evals.bulk_export.tables import Table
+
+    settings.EXPORT_CHUNK_ROWS = 2
+    for index in range(3):
+        make_run(tenant, index, at(2, hour=index))
+    chunks = Table.chunks
+
+    def cancel_after_first_chunk(self, *args, **kwargs):
+        for number, chunk in enumerate(chunks(self, *args, **kwargs)):
+            if number == 0:  # someone presses Cancel while the worker writes the first chunk
+                ExportJob.dangerously_unscoped_objects.update(cancel_requested=True)
+            yield chunk
+
+    monkeypatch.setattr(Table, "chunks", cancel_after_first_chunk)
+    job = export(tenant, folder)
+    assert job.status == ExportJob.Status.CANCELLED and job.progress == {"runs": 2}
+    assert not list(export_root.rglob("*.parquet")) and not list(export_root.rglob("*.partial"))
+
+
+def test_a_running_export_whose_worker_died_is_taken_over(tenant, folder, dataset, settings):
+    with organization_scope(tenant.organization):
+        job = services.export_create(
+            project=tenant.project, actor=tenant.admin, destination_id=folder.pk,
+            start_date=date(2026, 3, 2), end_date=date(2026, 3, 3),
+        )  # fmt: skip
+    long_ago = datetime.now(UTC) - timedelta(seconds=settings.EXPORT_STALE_SECONDS + 60)
+    ExportJob.dangerously_unscoped_objects.filter(pk=job.pk).update(
+        status=ExportJob.Status.RUNNING, worker="dead", heartbeat_at=long_ago
+    )
+    with organization_scope(tenant.organization):
+        assert export_run(export_id=job.pk, worker="alive") == ExportJob.Status.SUCCEEDED
+    job.refresh_from_db()
+    assert job.worker == "alive" and job.progress["runs"] == 2
