@@ -23,7 +23,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from django.db.models import F, Q, QuerySet, TextField
+from django.db.models import BigIntegerField, F, Func, Q, QuerySet, TextField
 from django.db.models.functions import Cast, Coalesce
 
 from billing.models import ComputeUsage, RunUsage
@@ -33,6 +33,7 @@ from runs.models import Message, Run, Step, ToolCall
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 MONEY = pa.decimal128(18, 9)
 STRINGS = pa.list_(pa.string())
+EPOCH_MICROSECONDS = "(extract(epoch from %(expressions)s) * 1000000)::bigint"
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,15 @@ class Column:
     description: str = ""
 
     def expression(self):
-        return (
-            self.source if self.source is not None and not isinstance(self.source, str) else F(self.source or self.name)
-        )
+        if self.source is not None and not isinstance(self.source, str):
+            return self.source
+        field = F(self.source or self.name)
+        if self.type == TIMESTAMP:
+            # Microseconds since the epoch, computed by PostgreSQL: Arrow takes the integers
+            # as timestamps as they are, where parsing each datetime in Python took ~40% of
+            # an export's time (bench/export_parquet.py).
+            return Func(field, template=EPOCH_MICROSECONDS, output_field=BigIntegerField())
+        return field
 
 
 def json_text(field: str) -> Cast:
