@@ -7,7 +7,9 @@ PostgreSQL, so Python never decodes them). docs/exports.md shows the same schema
 Rows are read in chunks of ``EXPORT_CHUNK_ROWS`` by keyset pagination on the primary
 key (``id > last ORDER BY id LIMIT n``): each chunk is its own short query, so no
 cursor outlives a chunk, progress can be committed between chunks, and no table is
-ever held in memory. Each chunk becomes one Parquet row group.
+ever held in memory. Each chunk becomes one Parquet row group. Runs' children (steps,
+messages, tool calls) are read for ``EXPORT_CHUNK_ROWS`` runs at a time, and keyset by
+id within them, so their rows are in id order within each batch of runs.
 
 The date range is whole UTC days, both ends included. A run is in it when it started
 in it (its creation time when it has no start); steps, messages, tool calls and scores
@@ -90,7 +92,13 @@ class Table:
     name: str
     description: str
     columns: tuple[Column, ...]
-    rows: Callable[[object, ExportRange], QuerySet]
+    rows: Callable[[object, ExportRange], QuerySet] | None = None
+    # A table of runs' children (steps, messages, tool calls), read run batch by run batch.
+    model: type | None = None
+
+    @property
+    def per_run(self) -> bool:
+        return self.model is not None
 
     @property
     def schema(self) -> pa.Schema:
@@ -98,19 +106,47 @@ class Table:
 
     def chunks(self, project, period: ExportRange, chunk_rows: int) -> Iterator[list[tuple]]:
         """The table's rows in the range, ``chunk_rows`` at a time, in id order."""
-        queryset = self.rows(project, period).annotate(
-            **{f"export_{column.name}": column.expression() for column in self.columns}
-        )
-        names = [f"export_{column.name}" for column in self.columns]
-        last_id = 0
+        if self.per_run:
+            yield from self._chunks_per_run(project, period, chunk_rows)
+            return
+        yield from _keyset(self._annotated(self.rows(project, period)), self._names, chunk_rows)
+
+    def _chunks_per_run(self, project, period: ExportRange, chunk_rows: int) -> Iterator[list[tuple]]:
+        """Rows of runs' children, taken ``chunk_rows`` runs at a time (their ids only):
+        each query reads the children of known runs through the run index. Filtering
+        the whole table by "run in the range" instead makes PostgreSQL scan it again
+        for every chunk, which is quadratic on a large project."""
+        runs = runs_in_range(project, period).values_list("pk", flat=True)
+        last_run = 0
         while True:
-            chunk = list(queryset.filter(pk__gt=last_id).order_by("pk").values_list("pk", *names)[:chunk_rows])
-            if not chunk:
+            run_ids = list(runs.filter(pk__gt=last_run).order_by("pk")[:chunk_rows])
+            if not run_ids:
                 return
-            last_id = chunk[-1][0]
-            yield [row[1:] for row in chunk]
-            if len(chunk) < chunk_rows:
+            last_run = run_ids[-1]
+            children = self._annotated(self.model.objects.filter(project=project, run_id__in=run_ids))
+            yield from _keyset(children, self._names, chunk_rows)
+            if len(run_ids) < chunk_rows:
                 return
+
+    def _annotated(self, queryset: QuerySet) -> QuerySet:
+        return queryset.annotate(**{f"export_{column.name}": column.expression() for column in self.columns})
+
+    @property
+    def _names(self) -> list[str]:
+        return [f"export_{column.name}" for column in self.columns]
+
+
+def _keyset(queryset: QuerySet, names: list[str], chunk_rows: int) -> Iterator[list[tuple]]:
+    """``queryset``'s rows ``chunk_rows`` at a time, by primary key: one short query each."""
+    last_id = 0
+    while True:
+        chunk = list(queryset.filter(pk__gt=last_id).order_by("pk").values_list("pk", *names)[:chunk_rows])
+        if not chunk:
+            return
+        last_id = chunk[-1][0]
+        yield [row[1:] for row in chunk]
+        if len(chunk) < chunk_rows:
+            return
 
 
 def write_parquet(table: Table, chunks: Iterator[list[tuple]], sink, *, on_chunk: Callable[[int], None]) -> int:
@@ -125,13 +161,6 @@ def write_parquet(table: Table, chunks: Iterator[list[tuple]], sink, *, on_chunk
             writer.write_batch(pa.record_batch(arrays, schema=schema))
             rows += len(chunk)
             on_chunk(rows)
-    return rows
-
-
-def _children(model):
-    def rows(project, period: ExportRange) -> QuerySet:
-        return model.objects.filter(project=project, run__in=runs_in_range(project, period).values("pk"))
-
     return rows
 
 
@@ -215,7 +244,7 @@ TABLES: dict[str, Table] = {
                 Column("events", pa.string(), json_text("events"), "JSON text"),
                 Column("created_at", TIMESTAMP),
             ),
-            _children(Step),
+            model=Step,
         ),
         Table(
             "messages",
@@ -235,7 +264,7 @@ TABLES: dict[str, Table] = {
                 Column("finish_reason", pa.string()),
                 Column("created_at", TIMESTAMP),
             ),
-            _children(Message),
+            model=Message,
         ),
         Table(
             "tool_calls",
@@ -253,7 +282,7 @@ TABLES: dict[str, Table] = {
                 Column("started_at", TIMESTAMP),
                 Column("created_at", TIMESTAMP),
             ),
-            _children(ToolCall),
+            model=ToolCall,
         ),
         Table(
             "scores",
