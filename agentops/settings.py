@@ -510,6 +510,8 @@ SPECTACULAR_SETTINGS = {
         "ExperimentKindEnum": "evals.models.Experiment.Kind",
         "JobKindEnum": "jobs.models.Job.Kind",
         "ComputeBackendKindEnum": "jobs.models.ComputeBackend.Kind",
+        "ExportDestinationKindEnum": "evals.models.ExportDestination.Kind",
+        "ExportStatusEnum": "evals.models.ExportJob.Status",
     },
 }
 IDEMPOTENCY_KEY_TTL = timedelta(hours=24)
