@@ -31,6 +31,9 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "secret:write": ADMINS,
     "budget:write": ADMINS,
     "audit:read": ADMINS,
+    # Bulk exports copy all of a project's data out of the platform, with the
+    # organization's storage credentials: the same people who hold those credentials.
+    "export:write": ADMINS,
     "work:read": ALL,  # runs, replays, datasets, experiments, jobs
     "work:write": WORKERS,
     "run:ingest": WORKERS,

@@ -288,6 +288,14 @@ JOBS_LOCAL_USER = os.environ.get("JOBS_LOCAL_USER", "nobody" if DEBUG and os.get
 
 # Weights & Biases logging of ended experiments (when an organization saved a W&B key):
 # "online", or "offline" (to disk).
+# Bulk exports (evals/bulk_export/, docs/exports.md). A folder destination is a path
+# inside EXPORT_ROOT, a server-side folder the operator allows; empty turns folder
+# destinations off. Rows are read and written to Parquet EXPORT_CHUNK_ROWS at a time
+# (one row group each), so no table is ever held in memory.
+EXPORT_ROOT = os.environ.get("EXPORT_ROOT", "").strip()
+EXPORT_CHUNK_ROWS = env_int("EXPORT_CHUNK_ROWS", 10000)
+# A running export whose worker sent no heartbeat for this long is taken over by the next delivery.
+EXPORT_STALE_SECONDS = env_int("EXPORT_STALE_SECONDS", 600)
 WANDB_MODE = os.environ.get("WANDB_MODE", "online")
 WANDB_DIR = Path(os.environ.get("WANDB_DIR", str(DATA_DIR / "wandb")))
 # The only W&B base URLs an organization may save (comma-separated). wandb uploads through
@@ -355,6 +363,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "evals.tasks.sweep_wandb",
         "schedule": timedelta(seconds=30),
         "options": {"expires": 30},
+    },
+    "start-due-exports": {
+        "task": "evals.tasks.start_due_exports",
+        "schedule": timedelta(minutes=1),
+        "options": {"expires": 60},
     },
 }
 
@@ -506,6 +519,8 @@ SPECTACULAR_SETTINGS = {
         "ExperimentKindEnum": "evals.models.Experiment.Kind",
         "JobKindEnum": "jobs.models.Job.Kind",
         "ComputeBackendKindEnum": "jobs.models.ComputeBackend.Kind",
+        "ExportDestinationKindEnum": "evals.models.ExportDestination.Kind",
+        "ExportStatusEnum": "evals.models.ExportJob.Status",
     },
 }
 IDEMPOTENCY_KEY_TTL = timedelta(hours=24)

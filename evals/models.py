@@ -401,3 +401,123 @@ class WandbCursor(TenantModel):
     project = models.OneToOneField("agentops.Project", on_delete=models.CASCADE, related_name="+")
     runs_seen_until = models.DateTimeField()
     scores_seen_until = models.DateTimeField()
+
+
+# -- exports (evals/bulk_export/, docs/exports.md) -------------------------------------------
+
+
+class ExportDestination(TenantModel):
+    """Where an organization's exports go: a folder under the operator's EXPORT_ROOT or
+    an S3-compatible bucket. ``config`` holds the kind's plain settings (path; endpoint
+    URL, bucket, prefix, region); ``credentials_ciphertext`` the kind's secrets (an
+    access key and its secret) as one encrypted JSON object, covered by key rotation.
+    Each kind is a class in ``evals.bulk_export.destinations``."""
+
+    class Kind(models.TextChoices):
+        FOLDER = "folder", "Folder on the server"
+        S3 = "s3", "S3-compatible bucket"
+
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    config = models.JSONField(default=dict, blank=True)
+    credentials_ciphertext = EncryptedTextField(blank=True, default="")
+    credentials_hint = models.CharField(max_length=16, blank=True, help_text="Last characters of the access key.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["organization", "name"], name="export_destination_unique_name")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ExportSchedule(TenantModel):
+    """An export of a project made again every day or week, of the period just ended
+    (``evals.tasks.start_due_exports`` starts the due ones)."""
+
+    class Every(models.TextChoices):
+        DAY = "day", "Daily"
+        WEEK = "week", "Weekly"
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="export_schedules")
+    destination = models.ForeignKey(ExportDestination, on_delete=models.PROTECT, related_name="schedules")
+    kind = models.CharField(max_length=32, default="parquet")
+    tables = models.JSONField(default=list, blank=True, help_text="Tables exported; empty: all of them.")
+    every = models.CharField(max_length=8, choices=Every.choices)
+    # The first day of the next period to export; due once that period has ended.
+    next_start = models.DateField()
+    enabled = models.BooleanField(default=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["enabled", "next_start"], name="export_schedule_due")]
+
+
+class ExportJob(TenantModel):
+    """One export: what (``kind``: "parquet" is the bulk export of a project's tables),
+    of which dates, where to, and how it went: status, progress (rows per table), files
+    written, a log, and the failure reason. A retry is a new job (``retry_of``)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    ENDED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="export_jobs")
+    kind = models.CharField(max_length=32, default="parquet")
+    # A deleted destination leaves its past jobs (not retriable any more) with their label.
+    destination = models.ForeignKey(
+        ExportDestination, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    destination_label = models.CharField(max_length=200, blank=True)
+    schedule = models.ForeignKey(ExportSchedule, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    start_date = models.DateField()
+    end_date = models.DateField(help_text="Inclusive: the export covers whole UTC days.")
+    tables = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    attempt = models.PositiveIntegerField(default=1)
+    retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries")
+    progress = models.JSONField(default=dict, blank=True, help_text="table -> rows written so far.")
+    files = models.JSONField(default=list, blank=True, help_text="[{table, location, rows, bytes}] once written.")
+    log = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    worker = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # A schedule exports each period once, however many sweeps see it due.
+            models.UniqueConstraint(
+                fields=["schedule", "start_date"],
+                condition=Q(schedule__isnull=False, retry_of__isnull=True),
+                name="export_job_once_per_period",
+            ),
+            models.CheckConstraint(condition=Q(end_date__gte=models.F("start_date")), name="export_job_range"),
+        ]
+        indexes = [models.Index(fields=["project", "-created_at"], name="export_job_project_created")]
+
+    @property
+    def ended(self) -> bool:
+        return self.status in self.ENDED
+
+    @property
+    def rows_written(self) -> int:
+        return sum(self.progress.values()) if self.progress else 0
+
+    def __str__(self) -> str:
+        return f"export {self.pk} ({self.status})"

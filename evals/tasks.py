@@ -89,3 +89,21 @@ def sweep_wandb() -> int:
     from evals.services.wandb_export import sweep
 
     return sweep()
+
+
+@shared_task
+def run_export(organization_id: int, export_id: int) -> str | None:
+    """Run one export job (bulk Parquet export...): claims it, so a second delivery of
+    the same task does nothing while the first runs."""
+    from evals.bulk_export.runner import export_run
+
+    with organization_scope(organization_id):
+        return export_run(export_id=export_id, worker=run_export.request.hostname or "")
+
+
+@shared_task
+def start_due_exports() -> int:
+    """Queue the exports of schedules whose period has ended (every minute)."""
+    from evals.bulk_export.services import start_due_exports as start
+
+    return start()

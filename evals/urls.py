@@ -1,7 +1,7 @@
 """Pages of evaluations, mounted at /o/<org>/p/<project>/evals/: each feature's module
 lists its own paths."""
 
-from evals.views import annotations, datasets, evaluators, experiments, online, run_panel
+from evals.views import annotations, datasets, evaluators, experiments, exports, online, run_panel
 
 app_name = "evals"
 urlpatterns = [
@@ -11,4 +11,5 @@ urlpatterns = [
     *annotations.urlpatterns,
     *online.urlpatterns,
     *run_panel.urlpatterns,
+    *exports.urlpatterns,
 ]

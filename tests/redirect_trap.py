@@ -55,7 +55,8 @@ def redirect_trap():
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if self.command != "HEAD":  # a HEAD answer has no body (S3 clients check buckets with HEAD)
+                self.wfile.write(body)
 
         def log_message(self, *args):
             pass
@@ -67,7 +68,7 @@ def redirect_trap():
             self._record()
             self._send(trap.status, headers={"Location": trap.elsewhere_url + self.path})
 
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle  # noqa: N815
+        do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _handle  # noqa: N815
 
     class Elsewhere(Recorder):
         log = trap.elsewhere
@@ -76,7 +77,7 @@ def redirect_trap():
             self._record()
             self._send(200)
 
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle  # noqa: N815
+        do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _handle  # noqa: N815
 
     servers = [_serve(Redirector), _serve(Elsewhere)]
     trap.url, trap.elsewhere_url = (f"http://127.0.0.1:{server.server_address[1]}" for server in servers)

@@ -1,7 +1,7 @@
 """API of evaluations under /api/v1/projects/{org}/{project}/: each feature's module
 lists its own paths."""
 
-from evals.api import annotations, datasets, evaluators, experiments, online
+from evals.api import annotations, datasets, evaluators, experiments, exports, online
 
 urlpatterns = [
     *datasets.urlpatterns,
@@ -9,4 +9,5 @@ urlpatterns = [
     *experiments.urlpatterns,
     *annotations.urlpatterns,
     *online.urlpatterns,
+    *exports.urlpatterns,
 ]

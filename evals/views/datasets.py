@@ -37,6 +37,7 @@ SECTIONS = (
     ("evals:evaluators", "Evaluators", "Rules, LLM judges, webhooks and people that score runs."),
     ("evals:queues", "Annotation queues", "Runs waiting for people to score them."),
     ("evals:online-rules", "Online evaluation", "Score a share of incoming runs as they end."),
+    ("evals:exports", "Exports", "Runs, steps, scores and usage as Parquet, to a folder or a bucket."),
 )
 
 

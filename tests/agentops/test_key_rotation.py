@@ -14,7 +14,9 @@ from agentops.services.key_rotation import encryption_rotate
 from agentops.services.secrets import provider_credentials, provider_secret_set
 from billing.budgets import budget_create
 from billing.models import Budget
-from evals.models import Evaluator
+from evals.bulk_export.destinations import credentials_of
+from evals.bulk_export.services import destination_create
+from evals.models import Evaluator, ExportDestination
 from evals.services.evaluators import evaluator_create
 from jobs.backends import backend_for
 from jobs.models import ComputeBackend, JobSecret
@@ -30,6 +32,7 @@ KINDS = {
     (ComputeBackend, "credentials_ciphertext"),
     (JobSecret, "value_ciphertext"),
     (Budget, "webhook_ciphertext"),
+    (ExportDestination, "credentials_ciphertext"),
 }
 
 
@@ -62,6 +65,14 @@ def store_every_kind_of_secret(tenant) -> dict[tuple[type, str], set[str]]:
             amount=Decimal("100"),
             webhook_url=f"https://hooks.example.com/{slug}",
         )
+        destination_create(
+            organization=organization,
+            actor=admin,
+            name="lake",
+            kind="s3",
+            config={"endpoint_url": "http://127.0.0.1:9", "bucket": "lake-bucket"},
+            credentials={"access_key_id": f"AKIA{slug}", "secret_access_key": f"s3-secret-{slug}"},
+        )
     return {
         (ProviderSecret, "api_key_ciphertext"): {f"mistral-key-{slug}", f"wandb-key-{slug}0000"},
         (WebhookTool, "secret_ciphertext"): {tool_secret},
@@ -69,6 +80,9 @@ def store_every_kind_of_secret(tenant) -> dict[tuple[type, str], set[str]]:
         (ComputeBackend, "credentials_ciphertext"): {f'{{"token": "hf_token_{slug}"}}'},
         (JobSecret, "value_ciphertext"): {f"sk-job-{slug}"},
         (Budget, "webhook_ciphertext"): {f"https://hooks.example.com/{slug}"},
+        (ExportDestination, "credentials_ciphertext"): {
+            f'{{"access_key_id": "AKIA{slug}", "secret_access_key": "s3-secret-{slug}"}}'
+        },
     }
 
 
@@ -96,15 +110,18 @@ def test_every_kind_of_secret_decrypts_after_rotation_and_removing_the_old_key(t
 
     out = capsys.readouterr().out
     assert "agentops_providersecret: 4 re-encrypted, 0 already on the newest key" in out
-    for table in ("runs_webhooktool", "evals_evaluator", "jobs_computebackend", "jobs_jobsecret", "billing_budget"):
+    tables = ("runs_webhooktool", "evals_evaluator", "jobs_computebackend", "jobs_jobsecret", "billing_budget")
+    for table in (*tables, "evals_exportdestination"):
         assert f"{table}: 2 re-encrypted, 0 already on the newest key" in out, out
-    assert "Re-encrypted 14 secret(s)" in out
+    assert "Re-encrypted 16 secret(s)" in out
     settings.ENCRYPTION_KEYS = [new_key]  # the old key is retired, as docs/operations.md says
     assert _plaintexts() == expected
     # And the code that uses them reads them.
     with organization_scope(tenant.organization):
         assert provider_credentials(organization=tenant.organization, provider="mistral")[0] == "mistral-key-acme"
         assert backend_for(ComputeBackend.objects.get(name="hub"))._token == "hf_token_acme"
+        lake = ExportDestination.objects.get(name="lake")
+        assert credentials_of(lake)["secret_access_key"] == "s3-secret-acme"
 
 
 def test_rotation_is_idempotent(tenant, settings):

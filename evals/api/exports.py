@@ -1,0 +1,292 @@
+"""API of exports (docs/exports.md): export destinations of the organization, a
+project's export jobs (create, list, detail, retry, cancel) and export schedules.
+
+Reading jobs and schedules is `work:read` (viewers too); everything that starts,
+changes or stops an export, and every destination, is `export:write` (owners and
+admins): an export copies all of a project's data out with the organization's storage
+credentials. Credentials are write-only: responses show their last characters.
+"""
+
+from __future__ import annotations
+
+from django.urls import path
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+
+from agentops.api.base import OrganizationEndpoint, ProjectEndpoint
+from agentops.api.serializers import InputSerializer
+from agentops.errors import NotFound
+from evals.bulk_export import services
+from evals.bulk_export.tables import TABLE_NAMES
+from evals.models import ExportDestination, ExportJob, ExportSchedule
+
+
+class DestinationSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ExportDestination
+        fields = ["id", "name", "kind", "config", "credentials_hint", "created_at"]
+        read_only_fields = fields
+
+
+class DestinationCreateSerializer(InputSerializer):
+    name = serializers.CharField(max_length=100)
+    kind = serializers.ChoiceField(choices=ExportDestination.Kind.choices)
+    config = serializers.DictField(
+        default=dict, help_text="folder: path (inside EXPORT_ROOT). s3: endpoint_url, bucket, prefix, region."
+    )
+    credentials = serializers.DictField(
+        default=dict, write_only=True, help_text="s3: access_key_id and secret_access_key (stored encrypted)."
+    )
+
+
+class ExportJobSerializer(serializers.ModelSerializer):
+    destination = serializers.SerializerMethodField()
+    rows = serializers.IntegerField(source="rows_written", read_only=True)
+
+    class Meta:
+        model = ExportJob
+        fields = [
+            "id",
+            "kind",
+            "status",
+            "destination",
+            "start_date",
+            "end_date",
+            "tables",
+            "progress",
+            "rows",
+            "files",
+            "error",
+            "log",
+            "attempt",
+            "retry_of",
+            "schedule",
+            "cancel_requested",
+            "created_at",
+            "started_at",
+            "ended_at",
+        ]
+        read_only_fields = fields
+
+    def get_destination(self, job) -> dict:
+        return {"id": job.destination_id, "name": job.destination_label}
+
+
+class ExportCreateSerializer(InputSerializer):
+    destination = serializers.IntegerField(help_text="An export destination's id.")
+    start_date = serializers.DateField()
+    end_date = serializers.DateField(help_text="Included: the export covers whole UTC days.")
+    tables = serializers.ListField(
+        child=serializers.CharField(max_length=32),
+        required=False,
+        default=list,
+        help_text=f"Any of {', '.join(TABLE_NAMES)}; empty: all.",
+    )
+
+
+class ScheduleSerializer(serializers.ModelSerializer):
+    destination = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ExportSchedule
+        fields = ["id", "kind", "every", "destination", "tables", "next_start", "enabled", "created_at"]
+        read_only_fields = fields
+
+    def get_destination(self, schedule) -> dict:
+        return {"id": schedule.destination_id, "name": schedule.destination.name}
+
+
+class ScheduleCreateSerializer(InputSerializer):
+    destination = serializers.IntegerField()
+    every = serializers.ChoiceField(choices=ExportSchedule.Every.choices)
+    tables = serializers.ListField(child=serializers.CharField(max_length=32), required=False, default=list)
+
+
+def _valid(serializer_class, data) -> dict:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def _actor(request):
+    return request.user if request.user.pk else None
+
+
+class DestinationListView(OrganizationEndpoint):
+    """The organization's export destinations; owners and admins add one."""
+
+    permissions = {"GET": "export:write", "POST": "export:write"}
+    queryset = ExportDestination.objects.all()
+    serializer_class = DestinationSerializer
+    pagination_class = None
+
+    def get(self, request, org_slug):
+        return Response(DestinationSerializer(self.get_queryset(), many=True).data)
+
+    @extend_schema(request=DestinationCreateSerializer, responses={201: DestinationSerializer})
+    def post(self, request, org_slug):
+        data = _valid(DestinationCreateSerializer, request.data)
+        destination = services.destination_create(
+            organization=self.organization, actor=_actor(request), ip=self.client_ip, **data
+        )
+        return Response(DestinationSerializer(destination).data, status=status.HTTP_201_CREATED)
+
+
+class DestinationDetailView(OrganizationEndpoint):
+    """One destination; DELETE removes it (its past exports keep its name)."""
+
+    permissions = {"GET": "export:write", "DELETE": "export:write"}
+    queryset = ExportDestination.objects.all()
+    serializer_class = DestinationSerializer
+
+    def _destination(self, destination_id) -> ExportDestination:
+        destination = self.get_queryset().filter(pk=destination_id).first()
+        if destination is None:
+            raise NotFound("export destination not found")
+        return destination
+
+    def get(self, request, org_slug, destination_id):
+        return Response(DestinationSerializer(self._destination(destination_id)).data)
+
+    def delete(self, request, org_slug, destination_id):
+        services.destination_delete(
+            destination=self._destination(destination_id), actor=_actor(request), ip=self.client_ip
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ExportEndpoint(ProjectEndpoint):
+    queryset = ExportJob.objects.all()
+    serializer_class = ExportJobSerializer
+
+    def get_job(self, export_id: int) -> ExportJob:
+        job = self.get_queryset().filter(pk=export_id).first()
+        if job is None:
+            raise NotFound("export not found")
+        return job
+
+
+class ExportListView(ExportEndpoint):
+    """The project's exports, newest first; owners and admins start one (it runs on a
+    worker: poll its detail for progress)."""
+
+    permissions = {"GET": "work:read", "POST": "export:write"}
+
+    def get(self, request, org_slug, project_slug):
+        page = self.paginate_queryset(self.get_queryset().order_by("-created_at", "-id"))
+        return self.get_paginated_response(ExportJobSerializer(page, many=True).data)
+
+    @extend_schema(request=ExportCreateSerializer, responses={201: ExportJobSerializer})
+    def post(self, request, org_slug, project_slug):
+        data = _valid(ExportCreateSerializer, request.data)
+        job = services.export_create(
+            project=self.project,
+            actor=_actor(request),
+            destination_id=data["destination"],
+            start_date=data["start_date"],
+            end_date=data["end_date"],
+            tables=data["tables"],
+            ip=self.client_ip,
+        )
+        return Response(ExportJobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class ExportDetailView(ExportEndpoint):
+    """One export: status, progress (rows per table), files, log, failure reason."""
+
+    permissions = {"GET": "work:read"}
+
+    def get(self, request, org_slug, project_slug, export_id):
+        return Response(ExportJobSerializer(self.get_job(export_id)).data)
+
+
+class ExportRetryView(ExportEndpoint):
+    """A new attempt of a failed or cancelled export (409 otherwise)."""
+
+    permissions = {"POST": "export:write"}
+
+    @extend_schema(request=None, responses={201: ExportJobSerializer})
+    def post(self, request, org_slug, project_slug, export_id):
+        job = services.export_retry(job=self.get_job(export_id), actor=_actor(request), ip=self.client_ip)
+        return Response(ExportJobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class ExportCancelView(ExportEndpoint):
+    """Cancel a queued export at once, a running one after its current chunk (409 once ended)."""
+
+    permissions = {"POST": "export:write"}
+
+    @extend_schema(request=None, responses={200: ExportJobSerializer})
+    def post(self, request, org_slug, project_slug, export_id):
+        job = services.export_cancel(job=self.get_job(export_id), actor=_actor(request), ip=self.client_ip)
+        return Response(ExportJobSerializer(job).data)
+
+
+class ScheduleListView(ProjectEndpoint):
+    """The project's export schedules; owners and admins add one."""
+
+    permissions = {"GET": "work:read", "POST": "export:write"}
+    queryset = ExportSchedule.objects.select_related("destination")
+    serializer_class = ScheduleSerializer
+    pagination_class = None
+
+    def get(self, request, org_slug, project_slug):
+        return Response(ScheduleSerializer(self.get_queryset(), many=True).data)
+
+    @extend_schema(request=ScheduleCreateSerializer, responses={201: ScheduleSerializer})
+    def post(self, request, org_slug, project_slug):
+        data = _valid(ScheduleCreateSerializer, request.data)
+        schedule = services.schedule_create(
+            project=self.project,
+            actor=_actor(request),
+            destination_id=data["destination"],
+            every=data["every"],
+            tables=data["tables"],
+            ip=self.client_ip,
+        )
+        return Response(ScheduleSerializer(schedule).data, status=status.HTTP_201_CREATED)
+
+
+class ScheduleDetailView(ProjectEndpoint):
+    """One schedule; DELETE stops it (its exports stay)."""
+
+    permissions = {"GET": "work:read", "DELETE": "export:write"}
+    queryset = ExportSchedule.objects.select_related("destination")
+    serializer_class = ScheduleSerializer
+
+    def _schedule(self, schedule_id) -> ExportSchedule:
+        schedule = self.get_queryset().filter(pk=schedule_id).first()
+        if schedule is None:
+            raise NotFound("export schedule not found")
+        return schedule
+
+    def get(self, request, org_slug, project_slug, schedule_id):
+        return Response(ScheduleSerializer(self._schedule(schedule_id)).data)
+
+    def delete(self, request, org_slug, project_slug, schedule_id):
+        services.schedule_delete(schedule=self._schedule(schedule_id), actor=_actor(request), ip=self.client_ip)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+org = "organizations/<slug:org_slug>"
+project = "projects/<slug:org_slug>/<slug:project_slug>"
+
+urlpatterns = [
+    path(f"{org}/export-destinations/", DestinationListView.as_view(), name="api-export-destination-list"),
+    path(
+        f"{org}/export-destinations/<int:destination_id>/",
+        DestinationDetailView.as_view(),
+        name="api-export-destination-detail",
+    ),
+    path(f"{project}/exports/", ExportListView.as_view(), name="api-export-list"),
+    path(f"{project}/exports/<int:export_id>/", ExportDetailView.as_view(), name="api-export-detail"),
+    path(f"{project}/exports/<int:export_id>/retry/", ExportRetryView.as_view(), name="api-export-retry"),
+    path(f"{project}/exports/<int:export_id>/cancel/", ExportCancelView.as_view(), name="api-export-cancel"),
+    path(f"{project}/export-schedules/", ScheduleListView.as_view(), name="api-export-schedule-list"),
+    path(
+        f"{project}/export-schedules/<int:schedule_id>/",
+        ScheduleDetailView.as_view(),
+        name="api-export-schedule-detail",
+    ),
+]

@@ -1,0 +1,271 @@
+"""Writes of exports: destinations, export jobs (create, retry, cancel) and schedules,
+each in one transaction with its audit event. A job is queued here and run by
+``evals.tasks.run_export`` after commit (``evals.bulk_export.runner``)."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from agentops import crypto
+from agentops.errors import Conflict, InvalidRequest
+from agentops.scoping import dangerously_unscoped, organization_scope
+from agentops.services.audit import audit_record
+from evals.bulk_export.destinations import DESTINATION_KINDS
+from evals.bulk_export.kinds import EXPORT_KINDS
+from evals.models import ExportDestination, ExportJob, ExportSchedule
+from evals.tasks import run_export
+
+PERIOD_DAYS = {ExportSchedule.Every.DAY: 1, ExportSchedule.Every.WEEK: 7}
+
+
+def _enqueue(job: ExportJob) -> None:
+    transaction.on_commit(lambda: run_export.delay(job.organization_id, job.pk))
+
+
+# -- destinations --------------------------------------------------------------------------
+
+
+@transaction.atomic
+def destination_create(
+    *, organization, actor, name: str, kind: str, config: dict, credentials: dict | None = None, ip=None
+) -> ExportDestination:
+    """Save a destination of the organization; its credentials are encrypted."""
+    destination_kind = DESTINATION_KINDS.get(kind)
+    if destination_kind is None:
+        raise InvalidRequest(f"unknown destination kind {kind!r}; the kinds are {', '.join(DESTINATION_KINDS)}")
+    name = (name or "").strip()
+    if not name:
+        raise InvalidRequest("a destination needs a name")
+    if ExportDestination.objects.filter(name=name).exists():
+        raise Conflict(f"a destination named {name!r} exists already")
+    cleaned, secrets = destination_kind.clean(config or {}, credentials or {})
+    hint = ""
+    if secrets:
+        hint = secrets.get(destination_kind.credential_fields[0], "")[-4:]
+    destination = ExportDestination.objects.create(
+        organization=organization,
+        name=name,
+        kind=kind,
+        config=cleaned,
+        credentials_ciphertext=crypto.encrypt(json.dumps(secrets)) if secrets else "",
+        credentials_hint=hint,
+        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+    )
+    audit_record(
+        organization=organization,
+        actor=actor,
+        action="export_destination.create",
+        target=destination,
+        data={"kind": kind, "config": cleaned},
+        ip=ip,
+    )
+    return destination
+
+
+@transaction.atomic
+def destination_delete(*, destination: ExportDestination, actor, ip=None) -> None:
+    """Delete a destination; its past exports keep its name. Refused while a schedule uses it."""
+    if destination.schedules.exists():
+        raise Conflict("a schedule exports to this destination: delete the schedule first")
+    audit_record(
+        organization=destination.organization,
+        actor=actor,
+        action="export_destination.delete",
+        target=destination,
+        ip=ip,
+    )
+    destination.delete()
+
+
+# -- export jobs -----------------------------------------------------------------------------
+
+
+def _checked(project, *, kind: str, destination_id, tables, start_date: date, end_date: date):
+    export_kind = EXPORT_KINDS.get(kind)
+    if export_kind is None:
+        raise InvalidRequest(f"unknown export kind {kind!r}")
+    if end_date < start_date:
+        raise InvalidRequest("the date range is backwards: end_date is before start_date")
+    destination = ExportDestination.objects.filter(pk=destination_id).first()
+    if destination is None:
+        raise InvalidRequest(f"no export destination with id {destination_id} in this organization")
+    if destination.kind not in export_kind.destination_kinds:
+        raise InvalidRequest(f"a {kind} export cannot be written to a {destination.kind} destination")
+    return destination, export_kind.clean_tables(list(tables or []))
+
+
+@transaction.atomic
+def export_create(
+    *,
+    project,
+    actor,
+    destination_id: int,
+    start_date: date,
+    end_date: date,
+    tables: list[str] | None = None,
+    kind: str = "parquet",
+    ip=None,
+) -> ExportJob:
+    """Queue an export of the project's data for the dates (both included)."""
+    destination, tables = _checked(
+        project, kind=kind, destination_id=destination_id, tables=tables, start_date=start_date, end_date=end_date
+    )
+    job = ExportJob.objects.create(
+        organization=project.organization,
+        project=project,
+        kind=kind,
+        destination=destination,
+        destination_label=destination.name,
+        start_date=start_date,
+        end_date=end_date,
+        tables=tables,
+        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+    )
+    audit_record(
+        organization=project.organization,
+        actor=actor,
+        action="export.create",
+        target=job,
+        data={"destination": destination.name, "start_date": str(start_date), "end_date": str(end_date)},
+        ip=ip,
+    )
+    _enqueue(job)
+    return job
+
+
+@transaction.atomic
+def export_retry(*, job: ExportJob, actor, ip=None) -> ExportJob:
+    """A new attempt of a failed or cancelled export, with the same settings."""
+    if job.status not in (ExportJob.Status.FAILED, ExportJob.Status.CANCELLED):
+        raise Conflict(f"only a failed or cancelled export can be retried; this one is {job.status}")
+    if job.destination_id is None:
+        raise Conflict("the export's destination was deleted: start a new export")
+    retry = ExportJob.objects.create(
+        organization=job.organization,
+        project=job.project,
+        kind=job.kind,
+        destination_id=job.destination_id,
+        destination_label=job.destination_label,
+        schedule=job.schedule,
+        start_date=job.start_date,
+        end_date=job.end_date,
+        tables=job.tables,
+        attempt=job.attempt + 1,
+        retry_of=job,
+        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+    )
+    audit_record(organization=job.organization, actor=actor, action="export.retry", target=retry, ip=ip)
+    _enqueue(retry)
+    return retry
+
+
+@transaction.atomic
+def export_cancel(*, job: ExportJob, actor, ip=None) -> ExportJob:
+    """Cancel a queued export at once; a running one stops after its current chunk."""
+    now = timezone.now()
+    if ExportJob.objects.filter(pk=job.pk, status=ExportJob.Status.QUEUED).update(
+        status=ExportJob.Status.CANCELLED, cancel_requested=True, ended_at=now, error="cancelled before it started"
+    ):
+        pass
+    elif not ExportJob.objects.filter(pk=job.pk, status=ExportJob.Status.RUNNING).update(cancel_requested=True):
+        job.refresh_from_db()
+        raise Conflict(f"the export has ended ({job.status}): nothing to cancel")
+    audit_record(organization=job.organization, actor=actor, action="export.cancel", target=job, ip=ip)
+    job.refresh_from_db()
+    return job
+
+
+# -- schedules ---------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def schedule_create(
+    *, project, actor, destination_id: int, every: str, tables: list[str] | None = None, kind="parquet", ip=None
+) -> ExportSchedule:
+    """Export the project every day or week, each time the period just ended; the first
+    period starts today (UTC), so the first export is queued when it ends."""
+    if every not in PERIOD_DAYS:
+        raise InvalidRequest("every must be 'day' or 'week'")
+    today = timezone.now().date()
+    destination, tables = _checked(
+        project, kind=kind, destination_id=destination_id, tables=tables, start_date=today, end_date=today
+    )
+    schedule = ExportSchedule.objects.create(
+        organization=project.organization,
+        project=project,
+        destination=destination,
+        kind=kind,
+        tables=tables,
+        every=every,
+        next_start=today,
+        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+    )
+    audit_record(
+        organization=project.organization,
+        actor=actor,
+        action="export_schedule.create",
+        target=schedule,
+        data={"every": every, "destination": destination.name},
+        ip=ip,
+    )
+    return schedule
+
+
+@transaction.atomic
+def schedule_delete(*, schedule: ExportSchedule, actor, ip=None) -> None:
+    """Stop a schedule; the exports it made stay."""
+    audit_record(
+        organization=schedule.organization, actor=actor, action="export_schedule.delete", target=schedule, ip=ip
+    )
+    schedule.delete()
+
+
+def start_due_exports(*, today: date | None = None) -> int:
+    """Queue one export of each schedule whose period has ended (every minute, beat).
+
+    Each schedule is claimed by moving ``next_start`` on with a conditional update, and
+    a unique constraint on (schedule, start_date) backs it: two sweeps at once queue one
+    export. A schedule that missed periods (no beat for days) catches up one per sweep.
+    """
+    today = today or timezone.now().date()
+    with dangerously_unscoped("export schedules of every organization are swept by the beat"):
+        due = list(
+            ExportSchedule.objects.filter(enabled=True, next_start__lte=today - timedelta(days=1)).values_list(
+                "pk", "organization_id", "every", "next_start"
+            )
+        )
+    started = 0
+    for schedule_id, organization_id, every, next_start in due:
+        days = PERIOD_DAYS[every]
+        if next_start + timedelta(days=days) > today:
+            continue
+        with organization_scope(organization_id), transaction.atomic():
+            claimed = ExportSchedule.objects.filter(pk=schedule_id, next_start=next_start).update(
+                next_start=F("next_start") + timedelta(days=days)
+            )
+            if not claimed:
+                continue  # another sweep got there first
+            schedule = ExportSchedule.objects.select_related("destination", "project").get(pk=schedule_id)
+            try:
+                with transaction.atomic():
+                    job = ExportJob.objects.create(
+                        organization_id=organization_id,
+                        project=schedule.project,
+                        kind=schedule.kind,
+                        destination=schedule.destination,
+                        destination_label=schedule.destination.name,
+                        schedule=schedule,
+                        start_date=next_start,
+                        end_date=next_start + timedelta(days=days - 1),
+                        tables=schedule.tables,
+                    )
+            except IntegrityError:
+                continue  # this period's export exists already
+            _enqueue(job)
+            started += 1
+    return started

@@ -1,0 +1,237 @@
+"""Pages of exports: the project's exports (list, a new export, schedules, and the
+organization's destinations), and one export's page with its progress (rows per table,
+refreshed every 2 seconds by htmx while it runs), files, log, retry and cancel.
+
+Viewers see exports; owners and admins (``export:write``) start, retry, cancel and
+schedule them and manage destinations. Every write goes through
+``evals.bulk_export.services``, whose errors are shown on the page, never as a 500.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect
+from django.urls import path
+
+from agentops.errors import ServiceError
+from agentops.pages import Need, ProjectPage
+from evals.bulk_export import services
+from evals.bulk_export.tables import TABLE_NAMES
+from evals.models import ExportDestination, ExportJob, ExportSchedule
+
+READ = Need("work:read", "see this project's exports")
+WRITE = Need("export:write", "export this project's data")
+
+
+class ExportForm(forms.Form):
+    destination = forms.ChoiceField()
+    start_date = forms.DateField(widget=forms.DateInput(attrs={"type": "date"}))
+    end_date = forms.DateField(widget=forms.DateInput(attrs={"type": "date"}), help_text="Included (UTC days).")
+    tables = forms.MultipleChoiceField(
+        choices=[(name, name) for name in TABLE_NAMES],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: all of them.",
+    )
+
+    def __init__(self, *args, destinations, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["destination"].choices = [(str(d.pk), f"{d.name} ({d.get_kind_display()})") for d in destinations]
+
+
+class ScheduleForm(forms.Form):
+    destination = forms.ChoiceField()
+    every = forms.ChoiceField(choices=ExportSchedule.Every.choices)
+
+    def __init__(self, *args, destinations, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["destination"].choices = [(str(d.pk), d.name) for d in destinations]
+
+
+class DestinationForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    kind = forms.ChoiceField(choices=ExportDestination.Kind.choices)
+    path = forms.CharField(
+        required=False, max_length=500, help_text="Folder: a path inside the server's export folder."
+    )
+    endpoint_url = forms.CharField(required=False, max_length=500, label="Endpoint URL", help_text="S3: empty for AWS.")
+    bucket = forms.CharField(required=False, max_length=63)
+    prefix = forms.CharField(required=False, max_length=500)
+    region = forms.CharField(required=False, max_length=50)
+    access_key_id = forms.CharField(required=False, max_length=200, label="Access key id")
+    secret_access_key = forms.CharField(
+        required=False, max_length=500, label="Secret access key", widget=forms.PasswordInput
+    )
+
+    def config(self) -> dict:
+        data = self.cleaned_data
+        if data["kind"] == ExportDestination.Kind.FOLDER:
+            return {"path": data["path"]}
+        return {key: data[key] for key in ("endpoint_url", "bucket", "prefix", "region")}
+
+    def credentials(self) -> dict:
+        data = self.cleaned_data
+        if data["kind"] == ExportDestination.Kind.FOLDER:
+            return {}
+        return {key: data[key] for key in ("access_key_id", "secret_access_key")}
+
+
+def job_in_project(project, export_id: int) -> ExportJob:
+    """The export, looked up in the URL's project: another tenant's is a 404."""
+    job = ExportJob.objects.filter(project=project, pk=export_id).first()
+    if job is None:
+        raise Http404("export not found")
+    return job
+
+
+def progress_rows(job: ExportJob) -> list[dict]:
+    """One row per table of the export: rows written so far, and done or not."""
+    written = {entry["table"]: entry for entry in job.files}
+    return [
+        {"table": table, "rows": job.progress.get(table), "file": written.get(table)}
+        for table in (job.tables or TABLE_NAMES)
+    ]
+
+
+class ExportsPage(ProjectPage):
+    """The project's exports; owners and admins start, schedule and configure them
+    (``action``: export, schedule, destination, delete-schedule, delete-destination)."""
+
+    permissions = {"GET": READ, "POST": WRITE}
+
+    def get(self, request, org_slug, project_slug):
+        return self._render()
+
+    def post(self, request, org_slug, project_slug):
+        action = request.POST.get("action", "export")
+        destinations = list(ExportDestination.objects.all())
+        back = redirect("evals:exports", org_slug=org_slug, project_slug=project_slug)
+        forms_ = {}
+        try:
+            if action == "export":
+                form = ExportForm(request.POST, destinations=destinations)
+                forms_["export_form"] = form
+                if form.is_valid():
+                    job = services.export_create(
+                        project=self.project,
+                        actor=request.user,
+                        destination_id=int(form.cleaned_data["destination"]),
+                        start_date=form.cleaned_data["start_date"],
+                        end_date=form.cleaned_data["end_date"],
+                        tables=form.cleaned_data["tables"],
+                        ip=self.ip,
+                    )
+                    messages.success(request, f"Export {job.pk} is queued; its page shows the progress.")
+                    return redirect("evals:export", org_slug=org_slug, project_slug=project_slug, export_id=job.pk)
+            elif action == "schedule":
+                form = ScheduleForm(request.POST, destinations=destinations)
+                forms_["schedule_form"] = form
+                if form.is_valid():
+                    services.schedule_create(
+                        project=self.project,
+                        actor=request.user,
+                        destination_id=int(form.cleaned_data["destination"]),
+                        every=form.cleaned_data["every"],
+                        ip=self.ip,
+                    )
+                    messages.success(request, "The schedule is saved: each period is exported once it has ended.")
+                    return back
+            elif action == "destination":
+                form = DestinationForm(request.POST)
+                forms_["destination_form"] = form
+                if form.is_valid():
+                    services.destination_create(
+                        organization=self.organization,
+                        actor=request.user,
+                        name=form.cleaned_data["name"],
+                        kind=form.cleaned_data["kind"],
+                        config=form.config(),
+                        credentials=form.credentials(),
+                        ip=self.ip,
+                    )
+                    messages.success(request, "The destination is saved.")
+                    return back
+            elif action == "delete-schedule":
+                schedule = ExportSchedule.objects.filter(project=self.project, pk=request.POST.get("id") or 0).first()
+                if schedule is None:
+                    raise Http404("schedule not found")
+                services.schedule_delete(schedule=schedule, actor=request.user, ip=self.ip)
+                messages.success(request, "The schedule is deleted; its exports stay.")
+                return back
+            elif action == "delete-destination":
+                destination = ExportDestination.objects.filter(pk=request.POST.get("id") or 0).first()
+                if destination is None:
+                    raise Http404("destination not found")
+                services.destination_delete(destination=destination, actor=request.user, ip=self.ip)
+                messages.success(request, "The destination is deleted.")
+                return back
+            else:
+                messages.error(request, f"Unknown action {action!r}.")
+                return back
+        except ServiceError as exc:
+            form = next(iter(forms_.values()), None)
+            if form is None:
+                messages.error(request, exc.message)
+                return back
+            form.add_error(None, exc.message)
+            return self._render(status=exc.status, **forms_)
+        return self._render(status=400, **forms_)
+
+    def _render(self, *, status: int = 200, **forms_) -> HttpResponse:
+        destinations = list(ExportDestination.objects.all())
+        context = {
+            "jobs": ExportJob.objects.filter(project=self.project).order_by("-created_at", "-id")[:50],
+            "schedules": ExportSchedule.objects.filter(project=self.project).select_related("destination"),
+            "destinations": destinations,
+            "export_form": ExportForm(destinations=destinations),
+            "schedule_form": ScheduleForm(destinations=destinations),
+            "destination_form": DestinationForm(),
+            **forms_,
+        }
+        return self.render_page("evals/exports.html", context, status=status)
+
+
+class ExportPage(ProjectPage):
+    """One export; owners and admins retry (``action=retry``) or cancel it."""
+
+    permissions = {"GET": READ, "POST": WRITE}
+
+    def get(self, request, org_slug, project_slug, export_id):
+        job = job_in_project(self.project, export_id)
+        return self.render_page("evals/export.html", {"job": job, "rows": progress_rows(job)})
+
+    def post(self, request, org_slug, project_slug, export_id):
+        job = job_in_project(self.project, export_id)
+        action = request.POST.get("action")
+        try:
+            if action == "retry":
+                retry = services.export_retry(job=job, actor=request.user, ip=self.ip)
+                messages.success(request, f"Export {retry.pk} is attempt {retry.attempt} of this export.")
+                return redirect("evals:export", org_slug=org_slug, project_slug=project_slug, export_id=retry.pk)
+            if action == "cancel":
+                services.export_cancel(job=job, actor=request.user, ip=self.ip)
+                messages.success(request, "The export is cancelled (a running one stops after its current chunk).")
+            else:
+                messages.error(request, f"Unknown action {action!r}.")
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+        return redirect("evals:export", org_slug=org_slug, project_slug=project_slug, export_id=job.pk)
+
+
+class ExportProgressFragment(ProjectPage):
+    """The progress block of an export page, polled while the export runs."""
+
+    permissions = {"GET": READ}
+
+    def get(self, request, org_slug, project_slug, export_id):
+        job = job_in_project(self.project, export_id)
+        return self.render_page("evals/_export_progress.html", {"job": job, "rows": progress_rows(job)})
+
+
+urlpatterns = [
+    path("exports/", ExportsPage.as_view(), name="exports"),
+    path("exports/<int:export_id>/", ExportPage.as_view(), name="export"),
+    path("exports/<int:export_id>/progress/", ExportProgressFragment.as_view(), name="export-progress"),
+]

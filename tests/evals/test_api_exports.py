@@ -1,0 +1,189 @@
+"""The exports API: destinations (owners and admins), export jobs (viewers read,
+owners and admins start, retry and cancel), schedules; another tenant's export is a
+404; bad input is a 400 naming it; a job created through the API runs on a real
+Celery worker to its end."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from agentops.scoping import organization_scope
+from evals.bulk_export import services
+from evals.models import ExportDestination, ExportJob
+from tests.evals.test_bulk_export import make_run
+from tests.isolation import CreateIsolation, ListIsolation, ReadIsolation
+
+
+@pytest.fixture(autouse=True)
+def export_root(tmp_path, settings):
+    root = tmp_path / "exports"
+    root.mkdir()
+    settings.EXPORT_ROOT = str(root)
+    return root
+
+
+def make_destination(tenant, name="disk") -> ExportDestination:
+    with organization_scope(tenant.organization):
+        return services.destination_create(
+            organization=tenant.organization,
+            actor=None,
+            name=name,
+            kind="folder",
+            config={"path": tenant.organization.slug},
+        )
+
+
+def make_job(tenant) -> ExportJob:
+    destination = make_destination(tenant, name=f"disk-{ExportJob.dangerously_unscoped_objects.count()}")
+    return ExportJob.dangerously_unscoped_objects.create(
+        organization=tenant.organization,
+        project=tenant.project,
+        destination=destination,
+        destination_label=destination.name,
+        start_date="2026-03-01",
+        end_date="2026-03-02",
+        status=ExportJob.Status.FAILED,
+        error="the bucket 'x' does not exist",
+    )
+
+
+def exports_url(tenant) -> str:
+    return f"/api/v1/projects/{tenant.organization.slug}/{tenant.project.slug}/exports/"
+
+
+class TestExportIsolation(ReadIsolation, ListIsolation, CreateIsolation):
+    create_body: dict = {}
+
+    @pytest.fixture(autouse=True)
+    def _create_body(self, tenant):
+        destination = make_destination(tenant, name="isolation")
+        self.create_body = {"destination": destination.pk, "start_date": "2026-03-01", "end_date": "2026-03-01"}
+
+    def make_object(self, tenant):
+        return make_job(tenant)
+
+    def list_url(self, tenant):
+        return exports_url(tenant)
+
+    def detail_url(self, url_tenant, obj):
+        return f"{exports_url(url_tenant)}{obj.pk}/"
+
+    def created_organization_id(self, response):
+        return ExportJob.dangerously_unscoped_objects.get(pk=response.json()["id"]).organization_id
+
+
+def test_retry_and_cancel_of_another_tenants_export_are_not_found(tenant, other_tenant, client_for):
+    foreign = make_job(other_tenant)
+    client = client_for(tenant.owner)
+    for action in ("retry", "cancel"):
+        assert client.post(f"{exports_url(tenant)}{foreign.pk}/{action}/").status_code == 404
+    assert ExportJob.dangerously_unscoped_objects.count() == 1
+
+
+def test_another_tenants_destination_cannot_be_used(tenant, other_tenant, client_for):
+    foreign = make_destination(other_tenant)
+    response = client_for(tenant.admin).post(
+        exports_url(tenant),
+        {"destination": foreign.pk, "start_date": "2026-03-01", "end_date": "2026-03-01"},
+        format="json",
+    )
+    assert response.status_code == 400 and "no export destination" in response.json()["error"]["message"]
+    other_org = f"/api/v1/organizations/{tenant.organization.slug}/export-destinations/{foreign.pk}/"
+    assert client_for(tenant.owner).get(other_org).status_code == 404
+
+
+@pytest.mark.parametrize("role", ["viewer", "member"])
+def test_viewers_and_members_read_exports_but_cannot_start_retry_or_cancel_them(tenant, client_for, role):
+    job = make_job(tenant)
+    client = client_for(tenant.user(role))
+    assert client.get(exports_url(tenant)).json()["results"][0]["id"] == job.pk
+    assert client.get(f"{exports_url(tenant)}{job.pk}/").json()["error"] == "the bucket 'x' does not exist"
+    body = {"destination": job.destination_id, "start_date": "2026-03-01", "end_date": "2026-03-01"}
+    assert client.post(exports_url(tenant), body, format="json").status_code == 403
+    assert client.post(f"{exports_url(tenant)}{job.pk}/retry/").status_code == 403
+    assert client.post(f"{exports_url(tenant)}{job.pk}/cancel/").status_code == 403
+    destinations = f"/api/v1/organizations/{tenant.organization.slug}/export-destinations/"
+    assert client.get(destinations).status_code == 403
+    assert ExportJob.dangerously_unscoped_objects.count() == 1
+
+
+def test_bad_export_input_is_a_400_naming_it(tenant, client_for):
+    destination = make_destination(tenant)
+    client = client_for(tenant.admin)
+    cases = {
+        "backwards": {"start_date": "2026-03-03", "end_date": "2026-03-01"},
+        "unknown table 'secrets'": {"start_date": "2026-03-01", "end_date": "2026-03-01", "tables": ["secrets"]},
+        "start_date": {"start_date": "yesterday", "end_date": "2026-03-01"},
+    }
+    for expected, body in cases.items():
+        response = client.post(exports_url(tenant), {"destination": destination.pk, **body}, format="json")
+        assert response.status_code == 400, response.content
+        assert expected in str(response.json()["error"])
+    assert not ExportJob.dangerously_unscoped_objects.exists()
+
+
+def test_destination_credentials_are_write_only_and_paths_out_of_root_refused(tenant, client_for):
+    client = client_for(tenant.admin)
+    url = f"/api/v1/organizations/{tenant.organization.slug}/export-destinations/"
+    response = client.post(
+        url,
+        {
+            "name": "lake",
+            "kind": "s3",
+            "config": {"endpoint_url": "http://127.0.0.1:9", "bucket": "lake-bucket"},
+            "credentials": {"access_key_id": "AKIAEXAMPLE9876", "secret_access_key": "very-secret"},
+        },
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    assert "very-secret" not in response.content.decode() and response.json()["credentials_hint"] == "9876"
+    escape = client.post(url, {"name": "up", "kind": "folder", "config": {"path": "../../etc"}}, format="json")
+    assert escape.status_code == 400 and "'..'" in escape.json()["error"]["message"]
+
+
+def test_ended_export_cannot_be_cancelled_and_a_succeeded_one_not_retried(tenant, client_for):
+    job = make_job(tenant)
+    ExportJob.dangerously_unscoped_objects.filter(pk=job.pk).update(status=ExportJob.Status.SUCCEEDED)
+    client = client_for(tenant.admin)
+    assert client.post(f"{exports_url(tenant)}{job.pk}/cancel/").status_code == 409
+    assert client.post(f"{exports_url(tenant)}{job.pk}/retry/").status_code == 409
+
+
+def test_schedule_through_the_api(tenant, client_for):
+    destination = make_destination(tenant)
+    url = f"/api/v1/projects/{tenant.organization.slug}/{tenant.project.slug}/export-schedules/"
+    assert (
+        client_for(tenant.member).post(url, {"destination": destination.pk, "every": "day"}, format="json").status_code
+        == 403
+    )
+    response = client_for(tenant.admin).post(url, {"destination": destination.pk, "every": "day"}, format="json")
+    assert response.status_code == 201, response.content
+    assert client_for(tenant.viewer).get(url).json()[0]["every"] == "day"
+    assert (
+        client_for(tenant.admin).post(url, {"destination": destination.pk, "every": "hour"}, format="json").status_code
+        == 400
+    )
+
+
+def test_export_created_through_the_api_runs_on_a_worker_to_its_end(tenant, client_for, celery_worker, export_root):
+    make_run(tenant, 1, datetime(2026, 3, 2, 10, tzinfo=UTC))
+    destination = make_destination(tenant)
+    client = client_for(tenant.owner)
+    response = client.post(
+        exports_url(tenant),
+        {"destination": destination.pk, "start_date": "2026-03-02", "end_date": "2026-03-02"},
+        format="json",
+    )
+    assert response.status_code == 201 and response.json()["status"] == "queued"
+    detail = f"{exports_url(tenant)}{response.json()['id']}/"
+    deadline = time.monotonic() + 120
+    while client.get(detail).json()["status"] in ("queued", "running") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    body = client.get(detail).json()
+    assert body["status"] == "succeeded", body
+    assert body["progress"]["runs"] == 1 and body["progress"]["steps"] == 2
+    assert [entry["table"] for entry in body["files"]][:2] == ["runs", "steps"]
+    assert "succeeded" in body["log"]
