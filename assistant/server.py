@@ -132,7 +132,10 @@ class AuthorizedMcpApp:
 
     def __init__(self, server: MCPServer):
         self.server = server
-        self.app = server.streamable_http_app(
+        self.app = None
+
+    def _build_app(self):
+        return self.server.streamable_http_app(
             streamable_http_path=MCP_PATH,
             stateless_http=True,
             json_response=True,
@@ -162,6 +165,10 @@ class AuthorizedMcpApp:
         except KeyRejected as rejected:
             await self._refuse(scope, send, str(rejected))
             return
+        if self.app is None:
+            message = "the MCP server starts with the ASGI lifespan (uvicorn --lifespan on)"
+            await _send_json(send, 503, {"error": message})
+            return
         token = current_key.set(key)
         try:
             await self.app(scope, receive, send)
@@ -170,6 +177,9 @@ class AuthorizedMcpApp:
 
     @asynccontextmanager
     async def lifespan(self):
+        # A session manager runs once; each start of the lifespan (a test's server
+        # after another's) gets its own app and manager.
+        self.app = self._build_app()
         async with self.server.session_manager.run():
             yield
 
