@@ -110,7 +110,6 @@ def protected_resource_metadata(origin: str) -> dict[str, Any]:
         "scopes_supported": SCOPES,
         "bearer_methods_supported": ["header"],
         "resource_name": "AgentOps Studio MCP server",
-        "resource_documentation": f"{origin}/docs/mcp",
     }
 
 
