@@ -396,3 +396,29 @@ def test_a_spent_hard_budget_refuses_an_action(mcp_server, demo, make_api_key):
     with organization_scope(demo.organization):
         assert Run.objects.filter(project=demo.project).count() == count
     assert answer(call(mcp_server, raw, "get_budget_status"))["budgets"][0]["blocked"] is True
+
+
+def test_a_client_of_the_2025_revision_is_served_statelessly(mcp_server, tenant, make_api_key):
+    _key, raw = make_api_key(tenant.project, scopes=("read",))
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {raw}",
+    }
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}},
+    }
+    response = httpx.post(f"{mcp_server}/mcp", json=initialize, headers=headers)
+    assert response.status_code == 200
+    assert response.json()["result"]["protocolVersion"] == "2025-11-25"
+    assert "mcp-session-id" not in response.headers  # nothing to remember: any process answers the next one
+    listed = httpx.post(
+        f"{mcp_server}/mcp",
+        json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        headers={**headers, "MCP-Protocol-Version": "2025-11-25"},
+    )
+    assert listed.status_code == 200
+    assert "get_run" in {tool["name"] for tool in listed.json()["result"]["tools"]}
