@@ -422,6 +422,8 @@ async def estimate_job_cost(
     return await run_for_caller(READ, "read jobs", _estimate_job_cost, arguments=arguments)
 
 
+# The sessions issue adds list_sessions and get_session here (after compare_runs), each a
+# sync body over runs.selectors behind run_for_caller(READ, ...) like get_run.
 TOOLS = [
     search_runs,
     get_run,

@@ -422,3 +422,29 @@ def test_a_client_of_the_2025_revision_is_served_statelessly(mcp_server, tenant,
     )
     assert listed.status_code == 200
     assert "get_run" in {tool["name"] for tool in listed.json()["result"]["tools"]}
+    called = httpx.post(
+        f"{mcp_server}/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "get_budget_status", "arguments": {}},
+        },
+        headers={**headers, "MCP-Protocol-Version": "2025-11-25"},
+    )
+    assert called.json()["result"]["structuredContent"] == {"budgets": []}
+
+
+def test_a_page_of_another_origin_cannot_call_the_server(mcp_server, tenant, make_api_key):
+    _key, raw = make_api_key(tenant.project, scopes=("read",))
+    response = httpx.post(
+        f"{mcp_server}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={
+            "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {raw}",
+            "Origin": "http://evil.example",
+            "MCP-Protocol-Version": "2025-11-25",
+        },
+    )
+    assert response.status_code == 403
