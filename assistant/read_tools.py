@@ -178,15 +178,28 @@ async def compare_runs(
 # --- Evaluations -------------------------------------------------------------------------
 
 
-def leaderboard_data(access, *, dataset, sort: str = "", branch: str = "", agent: str = "", model: str = "") -> dict:
+def leaderboard_data(
+    access,
+    *,
+    dataset,
+    sort: str = "",
+    branch: str = "",
+    agent: str = "",
+    model: str = "",
+    limit: int = 50,
+    cursor: str | None = None,
+) -> dict:
     from evals import exports, selectors
 
+    start = decode_cursor(cursor, "offset")["offset"]
     found = selectors.dataset_lookup(project=access.project, value=dataset)
     names, rows = selectors.leaderboard(dataset=found, sort=sort, branch=branch, agent=agent, model=model)
     return {
         "dataset": {"id": found.pk, "name": found.name},
         "metrics": names,
-        "rows": list(exports.leaderboard_rows(found, names, rows)),
+        "rows": list(exports.leaderboard_rows(found, names, rows[start : start + limit])),
+        "rows_total": len(rows),
+        "next_cursor": encode_cursor(offset=start + limit) if start + limit < len(rows) else None,
     }
 
 
@@ -196,11 +209,23 @@ async def get_leaderboard(
     branch: str = "",
     agent: str = "",
     model: str = "",
+    limit: Limit = 50,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
     """A dataset's leaderboard: its ended experiments with each metric's mean and 95% interval,
-    pass rate, cost, latency and date: {"dataset", "metrics": [...], "rows": [...]}."""
+    pass rate, cost, latency and date, best first: {"dataset", "metrics": [...], "rows": [...],
+    "rows_total", "next_cursor"}."""
     return await run_for_caller(
-        READ, "read evaluations", leaderboard_data, dataset=dataset, sort=sort, branch=branch, agent=agent, model=model
+        READ,
+        "read evaluations",
+        leaderboard_data,
+        dataset=dataset,
+        sort=sort,
+        branch=branch,
+        agent=agent,
+        model=model,
+        limit=limit,
+        cursor=cursor,
     )
 
 

@@ -182,7 +182,10 @@ def test_every_read_tool_answers_from_the_project(mcp_server, demo, make_api_key
     assert "settings" in compared
 
     board = answer(call(mcp_server, raw, "get_leaderboard", {"dataset": dataset.name}))
-    assert board["dataset"]["id"] == dataset.pk and board["rows"]
+    assert board["dataset"]["id"] == dataset.pk and len(board["rows"]) == board["rows_total"] == 2
+    first = answer(call(mcp_server, raw, "get_leaderboard", {"dataset": dataset.pk, "limit": 1}))
+    rest = answer(call(mcp_server, raw, "get_leaderboard", {"dataset": dataset.pk, "cursor": first["next_cursor"]}))
+    assert first["rows"] + rest["rows"] == board["rows"] and rest["next_cursor"] is None
     both = answer(call(mcp_server, raw, "compare_experiments", {"a": experiments[0].pk, "b": experiments[1].pk}))
     assert both["a"]["id"] == experiments[0].pk and "metrics" in both
 
