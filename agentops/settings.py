@@ -161,6 +161,7 @@ INSTALLED_APPS = [
     "runs",
     "evals",
     "jobs",
+    "assistant",
 ]
 
 MIDDLEWARE = [

@@ -305,3 +305,30 @@ def check_work_allowed(*, project: Project, api_key: ApiKey | None = None, work:
                 "work": work,
             },
         )
+
+
+def budget_status(*, project: Project, api_key: ApiKey | None = None) -> list[dict]:
+    """The budgets covering ``project`` (its organization's, its own, and ``api_key``'s),
+    each with its spend this period: ``[{"id", "name", "scope", "period", "amount",
+    "hard_limit", "spend", "percent", "period_start", "period_end", "blocked"}]``."""
+    covering = Q(scope=Budget.Scope.ORGANIZATION) | Q(scope=Budget.Scope.PROJECT, project_id=project.pk)
+    if api_key is not None:
+        covering |= Q(scope=Budget.Scope.API_KEY, api_key_id=api_key.pk)
+    with organization_scope(project.organization_id):
+        budgets = list(Budget.objects.filter(covering).order_by("id"))
+    answer = []
+    for budget in budgets:
+        spent = budget_spend(budget)
+        answer.append(
+            {
+                "id": budget.pk,
+                "name": budget.name,
+                "scope": budget.scope,
+                "period": budget.period,
+                "amount": budget.amount,
+                "hard_limit": budget.hard_limit,
+                **spent,
+                "blocked": budget.hard_limit and spent["spend"] >= budget.amount,
+            }
+        )
+    return answer

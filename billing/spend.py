@@ -222,3 +222,37 @@ def console_run(run_id: int) -> tuple[Any | None, list[Any]]:
 
 def console_organizations() -> list[Organization]:
     return list(Organization.objects.order_by("slug"))
+
+
+# --- One project's spend (the MCP server's get_spend) --------------------------------
+
+SPEND_DIMENSIONS = {"day": "day", "model": "model", "project": "project_id", "agent": "agent_name", "key": "api_key_id"}
+
+
+def project_spend(*, project: Project, window: Window, by: str) -> list[dict]:
+    """The project's spend over ``window`` grouped by ``by`` (day, model, project, agent
+    or key), from the ledger: ``[{"name", "cost", "input_tokens", ..., "unpriced_steps"}]``,
+    by day in date order, otherwise the most expensive first. ``key`` names the API key by
+    its prefix ("(none)" for work no key started)."""
+    field = SPEND_DIMENSIONS[by]
+    rows = list(
+        UsageDaily.objects.filter(project=project, day__gte=window.start, day__lte=window.end)
+        .values(field)
+        .annotate(**SUMS)
+        .order_by()
+    )
+    names: dict = {}
+    if by == "project":
+        names = {project.pk: project.slug}
+    elif by == "key":
+        from agentops.models import ApiKey
+
+        names = dict(ApiKey.objects.filter(pk__in={row[field] for row in rows}).values_list("pk", "prefix"))
+    for row in rows:
+        value = row.pop(field)
+        row["name"] = value.isoformat() if by == "day" else (names.get(value, value) if names else value) or "(none)"
+    if by == "day":
+        rows.sort(key=lambda row: row["name"])
+    else:
+        rows.sort(key=lambda row: (-row["cost"], str(row["name"])))
+    return rows

@@ -212,3 +212,26 @@ def compare_experiments(*, a: Experiment, b: Experiment) -> tuple[list[MetricCha
     order = {"regressed": 0, "mixed": 1, "improved": 2, "only_a": 3, "only_b": 4, "same": 5}
     items.sort(key=lambda change: order[change.change])
     return metrics, items
+
+
+def dataset_lookup(*, project, value) -> Dataset:
+    """The project's dataset named ``value`` (a text) or with id ``value`` (a number);
+    NotFound otherwise."""
+    from agentops.api.lookup import by_name_or_id
+
+    return by_name_or_id(Dataset.objects.filter(project=project), value, "dataset")
+
+
+def evaluator_lookup(*, project, value):
+    """The project's evaluator named ``value`` (or with id ``value``); NotFound otherwise."""
+    from agentops.api.lookup import by_name_or_id
+    from evals.models import Evaluator
+
+    return by_name_or_id(Evaluator.objects.filter(project=project), value, "evaluator")
+
+
+def dataset_item_count(*, dataset: Dataset, version_number: int | None = None) -> int:
+    """How many items the dataset's version ``version_number`` (the latest by default) holds."""
+    from evals.models import DatasetItem
+
+    return DatasetItem.objects.filter(dataset=dataset).in_version(version_number or dataset.latest_version).count()

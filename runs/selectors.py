@@ -293,3 +293,20 @@ def _percentiles(queryset: QuerySet, column: str, fractions: tuple[float, ...]) 
         )
         row = cursor.fetchone()
     return [float(value) if value is not None else None for value in row]
+
+
+def agent_lookup(*, project, value):
+    """The project's agent named ``value`` (a text) or with id ``value`` (a number);
+    NotFound otherwise (another tenant's agent included)."""
+    from agentops.api.lookup import by_name_or_id
+    from runs.models import Agent
+
+    return by_name_or_id(Agent.objects.filter(project=project), value, "agent")
+
+
+def step_detail(*, run: Run, step_id: int) -> Step:
+    """One step of ``run``, or Http404 (a step of another run or tenant is not found)."""
+    step = Step.objects.filter(run=run, pk=step_id).first()
+    if step is None:
+        raise Http404("step not found")
+    return step

@@ -21,7 +21,8 @@ from agentops.scoping import organization_scope
 from evals.models import Dataset, Evaluator
 from jobs import hardware as catalog
 from jobs.auth import JobTokenAuthentication
-from jobs.models import ComputeBackend, Job, JobLogLine, JobSecret
+from jobs.models import ComputeBackend, Job, JobSecret
+from jobs.selectors import job_log_page
 from jobs.services import (
     backend_create,
     backend_update,
@@ -34,8 +35,6 @@ from jobs.services import (
     secret_delete,
     secret_set,
 )
-
-LOG_PAGE = 1000
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -255,18 +254,7 @@ class JobLogsView(JobsEndpoint):
             after = max(0, int(request.query_params.get("after", 0)))
         except ValueError:
             after = 0
-        lines = list(
-            JobLogLine.objects.filter(job=job, number__gt=after)
-            .order_by("number")
-            .values("number", "text", "at")[:LOG_PAGE]
-        )
-        return Response(
-            {
-                "lines": lines,
-                "next_after": lines[-1]["number"] if lines else after,
-                "ended": job.ended and (not lines or lines[-1]["number"] >= job.log_line_count),
-            }
-        )
+        return Response(job_log_page(job=job, after=after))
 
 
 class JobCancelView(JobsEndpoint):

@@ -90,3 +90,57 @@ def test_serve_restarts_a_killed_worker_and_stops_on_sigterm(db, tmp_path):
         except ProcessLookupError:
             pass
         process.wait(timeout=10)
+
+
+def test_serve_runs_the_web_server_with_the_lifespan_the_mcp_server_needs(
+    transactional_db, tenant, make_api_key, tmp_path
+):
+    import httpx
+
+    _key, raw = make_api_key(tenant.project, scopes=("read",))
+    log_path = tmp_path / "serve.log"
+    port = _free_port()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--port", str(port), "--concurrency", "1"],
+            cwd=ROOT,
+            env=worker_environment(DEBUG="true", LOG_LEVEL="WARNING", DATA_DIR=str(tmp_path)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+
+        def tools_listed():
+            try:
+                response = httpx.post(
+                    f"http://127.0.0.1:{port}/mcp",
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 1,
+                        "method": "initialize",
+                        "params": {
+                            "protocolVersion": "2025-11-25",
+                            "capabilities": {},
+                            "clientInfo": {"name": "test", "version": "1"},
+                        },
+                    },
+                    headers={"Authorization": f"Bearer {raw}", "Accept": "application/json, text/event-stream"},
+                )
+            except httpx.TransportError:
+                return None  # not listening yet
+            return response
+
+        response = _wait_for(tools_listed, "the web server answering", log_path)
+        # With --lifespan off the session manager never starts and /mcp answers 503.
+        assert response.status_code == 200, response.text
+        assert response.json()["result"]["serverInfo"]["name"] == "agentops"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        finally:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -49,8 +49,9 @@ class Command(BaseCommand):
                 host,
                 "--port",
                 str(port),
+                # The MCP server's session manager starts in the ASGI lifespan (agentops/asgi.py).
                 "--lifespan",
-                "off",
+                "on",
                 "--no-access-log",
             ],
             "worker": [
