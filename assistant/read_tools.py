@@ -159,8 +159,8 @@ async def get_step(run_id: Id, step_id: Annotated[int, Field(ge=1, description="
 
 
 def _compare_runs(access, *, a: int, b: int) -> dict:
-    from runs.services.compare import compare_runs as compare
-    from runs.services.compare import run_pair
+    from runs.compare import compare_runs as compare
+    from runs.compare import run_pair
 
     run_a, run_b = run_pair(project=access.project, a_id=a, b_id=b)
     return clip(compare(run_a, run_b))

@@ -308,5 +308,5 @@ def step_detail(*, run: Run, step_id: int) -> Step:
     """One step of ``run``, or Http404 (a step of another run or tenant is not found)."""
     step = Step.objects.filter(run=run, pk=step_id).first()
     if step is None:
-        raise Http404("step not found")
+        raise NotFound("step not found")
     return step

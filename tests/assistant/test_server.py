@@ -212,7 +212,7 @@ def test_every_read_tool_answers_from_the_project(mcp_server, demo, make_api_key
 def test_a_long_run_is_cut_and_pages_with_a_cursor(mcp_server, tenant, make_api_key):
     from datetime import timedelta
 
-    from runs.services.ingest import RunEvent, StepEvent
+    from runs.events import RunEvent, StepEvent
     from tests.runs.factories import T0, run_of, store
 
     _key, raw = make_api_key(tenant.project, scopes=("read",))
