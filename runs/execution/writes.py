@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from runs.execution.starting import Spec
 from runs.models import Run
+from runs.services.events import event_append
 from runs.services.ingest import RunEvent, StepEvent, ingest
 from runs.signals import run_ended
 
@@ -35,6 +36,10 @@ def finish_run(run: Run, *, status: str, output: Any = None, error: str = "") ->
         runs=[RunEvent(trace_id=run.trace_id, fields=fields)],
         steps=[root_step(run, status=status, error=error, output=output, ended=True)],
     )
+    event = {Run.Status.SUCCEEDED: "turn_complete", Run.Status.CANCELLED: "interrupted"}.get(status, "error")
+    data = {"run": run.pk, "turn": run.turn, "status": status}
+    data.update({"output": output} if status == Run.Status.SUCCEEDED else {"error": error})
+    event_append(run=run, type=event, data=data)
     run_ended.send(sender=Run, run=run, status=status)
 
 
