@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from agentops.models import ApiKey
 from agentops.errors import Conflict, InvalidRequest, NotFound, TooManyRequests
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
@@ -248,7 +249,8 @@ def session_approve_all(*, session: Session, actor, tools: list[str], ip=None) -
             covered = covered.filter(tool_name__in=tools)
         for approval in covered.select_related("run__project__organization"):
             try:
-                approval_decide(approval=approval, actor=actor, approve=True, reason="approve-all", ip=ip)
+                person = None if isinstance(actor, ApiKey) else actor  # decided_by is a user
+                approval_decide(approval=approval, actor=person, approve=True, reason="approve-all", ip=ip)
             except Conflict:
                 pass  # decided or expired meanwhile
     return session
