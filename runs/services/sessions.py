@@ -22,8 +22,8 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agentops.models import ApiKey
 from agentops.errors import Conflict, InvalidRequest, NotFound, TooManyRequests
+from agentops.models import ApiKey
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
 from runs.execution import create_executed_run, run_cancel, version_spec
