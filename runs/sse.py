@@ -154,9 +154,21 @@ class Stream:
         self.high = 0
         self.notified = 0
         self.lock = asyncio.Lock()
+        self.fetcher: asyncio.Future | None = None
 
     def notify(self, seq: int) -> None:
+        """New events are stored: read them once for every client of the process, then
+        wake the clients."""
         self.notified = max(self.notified, seq)
+        if self.fetcher is None or self.fetcher.done():
+            self.fetcher = asyncio.ensure_future(self._fetch())
+
+    async def _fetch(self) -> None:
+        try:
+            if self.floor is not None:
+                await self.since(self.high)
+        except Exception:  # noqa: BLE001 - each client reads for itself then
+            logger.warning("could not read the new events of %s", self.name, exc_info=True)
         for waiter in self.waiters:
             waiter.set()
 
@@ -228,6 +240,9 @@ class Hub:
 
     async def _read(self) -> None:
         while self.streams:
+            if not self.pubsub.subscribed:  # between the first join and its subscription
+                await asyncio.sleep(0.05)
+                continue
             try:
                 message = await self.pubsub.get_message(timeout=1.0)
             except asyncio.CancelledError:
