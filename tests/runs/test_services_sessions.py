@@ -222,3 +222,33 @@ def test_an_executed_run_outside_a_session_has_its_own_events(tenant):
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert [e.type for e in events][0] == "processing" and events[-1].type == "turn_complete"
     assert {"tool_call", "tool_output"} <= {e.type for e in events}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_interrupt_while_the_model_streams_keeps_what_was_stored_and_goes_on(tenant, fake_mistral, celery_worker):
+    import time
+
+    # About 40 s of answer, three words every 0.2 s: the turn must end long before that.
+    fake_mistral.reply(completion(content="word " * 600), chunk_delay=0.2)
+    fake_mistral.reply(completion(content="Here again."))
+    with organization_scope(tenant.organization):
+        use_fake_mistral(tenant, fake_mistral)
+        session = _session(tenant, model="mistral-small-latest")
+        session_send(session=session, actor=tenant.member, content="Write a lot.")
+        session_send(session=session, actor=tenant.member, content="Are you there?")
+    deadline = time.monotonic() + 30
+    while not StreamEvent.dangerously_unscoped_objects.filter(session=session, type="assistant_chunk").exists():
+        assert time.monotonic() < deadline, "the turn never streamed"
+        time.sleep(0.05)
+    with organization_scope(tenant.organization):
+        session_interrupt(session=session, actor=tenant.member)
+    deadline = time.monotonic() + 30
+    while not Run.dangerously_unscoped_objects.filter(agent_session=session, turn=2, status="succeeded").exists():
+        assert time.monotonic() < deadline, "the queued message never ran after the interrupt"
+        time.sleep(0.1)
+    with organization_scope(tenant.organization):
+        first = _turn(session, 1)
+        types = _types(session)
+    assert first.status == "cancelled"
+    assert types.index("interrupted") < types.index("turn_complete"), "the next queued message ran after it"
+    assert "assistant_chunk" in types[: types.index("interrupted")], "the streamed pieces stay stored"
