@@ -119,7 +119,7 @@ class SessionEndpoint(ProjectEndpoint):
 
 
 class SessionListView(SessionEndpoint):
-    """The project's interactive sessions, most recently active first; POST opens one."""
+    """The project's interactive sessions, newest first; POST opens one."""
 
     permissions = {"GET": "work:read", "POST": "work:write"}
     serializer_class = SessionSerializer
