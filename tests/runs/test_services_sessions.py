@@ -252,3 +252,26 @@ def test_interrupt_while_the_model_streams_keeps_what_was_stored_and_goes_on(ten
     assert first.status == "cancelled"
     assert types.index("interrupted") < types.index("turn_complete"), "the next queued message ran after it"
     assert "assistant_chunk" in types[: types.index("interrupted")], "the streamed pieces stay stored"
+
+
+def test_compact_now_compacts_the_next_turns_conversation_and_says_so(tenant):
+    from runs.models import Step
+    from runs.services.sessions import session_compact
+
+    with organization_scope(tenant.organization):
+        session = _session(tenant)
+        for number, text in enumerate(["one", "two", "three", "four"], start=1):
+            session_send(session=session, actor=tenant.member, content=text)
+            run_execute(run_id=_turn(session, number).pk)
+        session_compact(session=session, actor=tenant.member)
+        session_send(session=session, actor=tenant.member, content="five")
+        fifth = _turn(session, 5)
+        run_execute(run_id=fifth.pk)
+        fifth.refresh_from_db()
+        compacted = [e.data for e in events_after(session=session) if e.type == "compacted"]
+        step = Step.objects.get(run=fifth, name="context compaction")
+        session.refresh_from_db()
+    assert compacted and compacted[0]["run"] == fifth.pk
+    assert compacted[0]["messages_after"] < compacted[0]["messages_before"]
+    assert step.attributes["messages_before"] == 9 and not session.compact_requested
+    assert fifth.execution["conversation"][1]["content"].startswith("Summary of the earlier conversation")
