@@ -53,6 +53,10 @@ def test_opening_with_the_same_idempotency_key_opens_one_session(tenant, client_
     again = member.post(BASE, {"agent": agent.pk}, format="json", headers={"Idempotency-Key": "k1"})
     assert first.json()["id"] == again.json()["id"] and again.headers["Idempotent-Replayed"] == "true"
     assert Session.dangerously_unscoped_objects.count() == 1
+    url = f"{BASE}{first.json()['id']}/messages/"
+    sent = [member.post(url, {"content": "hi"}, format="json", headers={"Idempotency-Key": "m1"}) for _ in range(2)]
+    assert sent[0].json()["id"] == sent[1].json()["id"]
+    assert SessionMessage.dangerously_unscoped_objects.count() == 1, "a retried message is sent once"
 
 
 def test_a_message_to_a_closed_session_is_a_conflict(tenant, client_for):
