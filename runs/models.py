@@ -81,6 +81,17 @@ class Run(TenantModel):
     # A replay's source run (runs.services.replay); its settings are in ``execution["replay"]``.
     replay_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays")
     cancel_requested = models.BooleanField(default=False)
+    # A turn of an interactive session (runs.services.sessions): its session, its number
+    # there (1, 2, ...), and whether it was undone (it left the session's conversation).
+    # (``session_id`` is the conversation id an ingested run was sent with.)
+    agent_session = models.ForeignKey(
+        "runs.Session", null=True, blank=True, on_delete=models.SET_NULL, related_name="turns"
+    )
+    turn = models.PositiveIntegerField(null=True, blank=True)
+    undone = models.BooleanField(default=False, db_default=False)
+    # The last id of the run's event stream (runs.services.events), for a run outside a
+    # session; a session's turns take their event ids from the session.
+    event_seq = models.BigIntegerField(default=0, db_default=0)
     worker = models.CharField(max_length=200, blank=True, help_text="The Celery worker executing the run.")
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     execution = PayloadJSONField(
@@ -383,3 +394,84 @@ class Approval(TenantModel):
         constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="approval_unique_call")]
         indexes = [models.Index(fields=["status", "expires_at"], name="approval_pending_expiry")]
         ordering = ["created_at", "id"]
+
+
+class Session(TenantModel):
+    """An interactive conversation with an agent version: its turns are executed runs
+    (``Run.agent_session``, in order of ``Run.turn``); its events are a durable stream with
+    ids 1, 2, 3... (``event_seq`` is the last, taken under the session's row lock, so
+    ids are assigned in commit order: a reader never sees 5 before 4)."""
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        CLOSED = "closed"
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="agent_sessions")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="sessions")
+    agent_version = models.ForeignKey(AgentVersion, on_delete=models.PROTECT, related_name="sessions")
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    api_key = models.ForeignKey("agentops.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    title = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    # Tools whose calls this session approves without asking ("*": every tool).
+    approve_all = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    # "Compact now": the next turn compacts its conversation before its first model call.
+    compact_requested = models.BooleanField(default=False)
+    event_seq = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "-updated_at", "-id"], name="session_project_updated")]
+
+    def __str__(self) -> str:
+        return self.title or f"session {self.pk}"
+
+
+class SessionMessage(TenantModel):
+    """A user message sent to a session: it starts a turn when the session is idle, or
+    waits (``queued``) for the turns before it, processed in the order they came."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        STARTED = "started"
+        DROPPED = "dropped"
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    content = models.TextField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    run = models.OneToOneField(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["session", "status", "id"], name="session_message_queue")]
+
+
+class StreamEvent(TenantModel):
+    """One event of a session's or an executed run's stream (runs.services.events). A
+    turn's events belong to its session's stream (``seq`` is the session's) and name the
+    run too, so the run's own stream is the same rows; a run outside a session numbers
+    its own."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="stream_events")
+    seq = models.BigIntegerField()
+    type = models.CharField(max_length=32)
+    data = PayloadJSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "seq"], condition=models.Q(session__isnull=False), name="stream_event_session_seq"
+            ),
+            models.UniqueConstraint(
+                fields=["run", "seq"], condition=models.Q(session__isnull=True), name="stream_event_run_seq"
+            ),
+        ]
+        indexes = [models.Index(fields=["run", "seq"], name="stream_event_run")]

@@ -26,6 +26,7 @@ from runs.events import RunEvent
 from runs.ingest import ingest
 from runs.models import Run
 from runs.services.agents import agent_create
+from runs.services.sessions import session_create
 from tests.evals.factories import make_dataset, make_evaluator
 from tests.jobs.factories import make_backend
 
@@ -109,6 +110,7 @@ def make_world(tenant, client_for, key_client) -> World:
         )
         token = new_token(job)
         job.save()
+        session = session_create(project=project, agent=agent, actor=tenant.owner)
     job_token = APIClient()
     job_token.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     values = {
@@ -121,6 +123,7 @@ def make_world(tenant, client_for, key_client) -> World:
         "rule_id": rule.pk,
         "experiment_id": experiment.pk,
         "run_id": run.pk,
+        "session_id": session.pk,
         "backend_id": backend.pk,
         "job_id": job.pk,
         "membership_id": Membership.dangerously_unscoped_objects.get(organization=organization, user=tenant.member).pk,

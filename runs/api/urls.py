@@ -1,9 +1,11 @@
 from django.urls import path
 
-from runs.api import agents, approvals, batch, compare, replays, settings, views
+from runs import sse
+from runs.api import agents, approvals, batch, compare, replays, sessions, settings, views
 
 project = "projects/<slug:org_slug>/<slug:project_slug>"
 run = f"{project}/runs/<int:run_id>"
+session = f"{project}/agent-sessions/<int:session_id>"
 
 urlpatterns = [
     path("ingest", batch.IngestView.as_view(), name="api-ingest"),
@@ -33,5 +35,16 @@ urlpatterns = [
     path(f"{project}/sessions/", views.SessionListView.as_view(), name="api-session-list"),
     # Session ids are the client's: `path` so one with a slash (sent as %2F) still matches.
     path(f"{project}/sessions/<path:session_id>/", views.SessionDetailView.as_view(), name="api-session-detail"),
+    path(f"{project}/agent-sessions/", sessions.SessionListView.as_view(), name="api-agent-session-list"),
+    path(f"{session}/", sessions.SessionDetailView.as_view(), name="api-agent-session-detail"),
+    path(f"{session}/messages/", sessions.SessionMessageView.as_view(), name="api-agent-session-messages"),
+    path(f"{session}/approvals/", sessions.SessionApprovalView.as_view(), name="api-agent-session-approvals"),
+    path(f"{session}/approve-all/", sessions.SessionApproveAllView.as_view(), name="api-agent-session-approve-all"),
+    path(f"{session}/interrupt/", sessions.SessionInterruptView.as_view(), name="api-agent-session-interrupt"),
+    path(f"{session}/undo/", sessions.SessionUndoView.as_view(), name="api-agent-session-undo"),
+    path(f"{session}/compact/", sessions.SessionCompactView.as_view(), name="api-agent-session-compact"),
+    path(f"{session}/close/", sessions.SessionCloseView.as_view(), name="api-agent-session-close"),
+    path(f"{session}/events/", sse.session_events, name="api-agent-session-events"),
+    path(f"{run}/events/", sse.run_events, name="api-run-events"),
     path(f"{project}/compare/", compare.RunCompareView.as_view(), name="api-run-compare"),
 ]

@@ -14,10 +14,12 @@ from runs.models import Run
 from runs.services.approvals import approvals_close
 
 
-def run_cancel(*, run: Run, actor, ip: str | None = None) -> Run:
+def run_cancel(*, run: Run, actor, ip: str | None = None, action: str = "run.cancel") -> Run:
     """Ask the run to stop. A queued or waiting run (no worker is on it) ends at once, its
     pending approvals closed; a running one when its worker next looks: after the step in
-    progress, or within a second while a model streams its answer."""
+    progress, or within a second while a model streams its answer. A session's interrupt
+    is this (``action`` names it in the audit log); the turn's end is its ``interrupted``
+    event, with everything stored so far kept."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         if not run.executed:
@@ -28,7 +30,7 @@ def run_cancel(*, run: Run, actor, ip: str | None = None) -> Run:
         run.save(update_fields=["cancel_requested"])
         if run.status in (Run.Status.QUEUED, Run.Status.WAITING):
             end_cancelled(run)
-        audit_record(organization=run.project.organization, actor=actor, action="run.cancel", target=run, ip=ip)
+        audit_record(organization=run.project.organization, actor=actor, action=action, target=run, ip=ip)
     return run
 
 

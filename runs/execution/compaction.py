@@ -18,6 +18,7 @@ from runs.execution.claims import save_state
 from runs.execution.starting import Spec
 from runs.execution.writes import ROOT_SPAN, llm_step, write
 from runs.models import Run
+from runs.services.events import event_append
 
 # Compact the conversation when it passes this share of the model's context window,
 # keeping this many of the latest messages.
@@ -25,9 +26,10 @@ COMPACT_AT = 0.8
 KEEP_RECENT = 6
 
 
-def compact_if_needed(run: Run, state: dict, provider, spec: Spec, parameters: dict) -> None:
-    """Compact the conversation when it passes ``COMPACT_AT`` of the model's window."""
-    if estimate_tokens(state["conversation"]) > COMPACT_AT * context_window(spec.model):
+def compact_if_needed(run: Run, state: dict, provider, spec: Spec, parameters: dict, force: bool = False) -> None:
+    """Compact the conversation when it passes ``COMPACT_AT`` of the model's window, or
+    when asked (``force``: a session's "compact now")."""
+    if force or estimate_tokens(state["conversation"]) > COMPACT_AT * context_window(spec.model):
         _compact(run, state, provider, spec, parameters)
 
 
@@ -114,3 +116,13 @@ def _compact(run: Run, state: dict, provider, spec: Spec, parameters: dict) -> N
     with transaction.atomic():  # the summarising call and the state that holds its summary
         write(run, steps=steps)
         save_state(run, state)
+        event_append(
+            run=run,
+            type="compacted",
+            data={
+                "run": run.pk,
+                "messages_before": len(conversation),
+                "messages_after": len(compacted),
+                "summary": summary,
+            },
+        )

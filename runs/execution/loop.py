@@ -24,6 +24,7 @@ from runs.execution.starting import Spec, version_spec
 from runs.execution.tool_calls import ENDED, WAITING, run_pending_tools
 from runs.execution.writes import finish_run, root_step, write
 from runs.models import Run
+from runs.services.events import event_append
 from runs.services.recorded_tools import recorded_tools
 from runs.services.redaction import redactor_for
 from runs.tools.registry import tools_for
@@ -97,7 +98,7 @@ def _execute(run: Run) -> None:
             return
         state["step"] += 1
         step = state["step"]
-        compact_if_needed(run, state, provider, spec, parameters)
+        compact_if_needed(run, state, provider, spec, parameters, force=state.pop("compact_now", False))
         started = timezone.now()
         result = ask_model(
             run,
@@ -133,6 +134,7 @@ def _start(run: Run, state: dict, spec: Spec) -> None:
             runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.RUNNING})],
             steps=[root_step(run)],
         )
+        event_append(run=run, type="processing", data={"run": run.pk, "turn": run.turn})
         state["started"] = True
     if "conversation" not in state:  # a forked replay starts with the conversation of its source
         conversation = state.pop("start_conversation", None)  # a replay of an ingested run brings its own

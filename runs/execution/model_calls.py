@@ -22,6 +22,7 @@ from runs.execution.starting import Spec
 from runs.execution.writes import ROOT_SPAN, finish_run, llm_step, write
 from runs.live import TextStream
 from runs.models import Run
+from runs.services.events import ChunkBuffer
 
 # While a model streams a long answer, the worker beats at most this often, and reads a
 # cancellation at most this often.
@@ -45,6 +46,7 @@ def ask_model(
     (the run failed) or the run was cancelled while the model wrote (the run was
     cancelled), the failed ``llm`` step and the run's end stored together."""
     stream = TextStream(run=run, step=step, model=spec.model)
+    chunks = ChunkBuffer(run, step)
     try:
         result = provider.chat(
             model=spec.model,
@@ -52,10 +54,11 @@ def ask_model(
             tools=definitions,
             parameters=parameters,
             timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
-            on_text=_beating(run, stream.write),
+            on_text=_beating(run, stream.write, chunks),
         )
     except CallAbandoned:  # cancelled while the model was writing its answer
         stream.close()
+        chunks.flush()
         with transaction.atomic():
             write(
                 run,
@@ -77,6 +80,7 @@ def ask_model(
         return None
     except ProviderError as exc:
         stream.close()
+        chunks.flush()
         with transaction.atomic():  # the failed call and the run's end, together
             write(
                 run,
@@ -97,10 +101,11 @@ def ask_model(
             finish_run(run, status=Run.Status.FAILED, error=f"step {step}: {exc}")
         return None
     stream.close()
+    chunks.flush()
     return result
 
 
-def _beating(run: Run, write_piece):
+def _beating(run: Run, write_piece, chunks: ChunkBuffer):
     """``write_piece`` (a piece of the streamed answer), also beating the run's heartbeat now
     and then (a model writing for minutes must not make its worker look dead) and reading
     a cancellation: a cancelled run stops reading the answer (CallAbandoned)."""
@@ -110,6 +115,7 @@ def _beating(run: Run, write_piece):
         nonlocal last_beat, last_check
         write_piece(piece)
         now = time.monotonic()
+        chunks.write(piece, now)
         if now - last_beat >= BEAT_EVERY_SECONDS:
             last_beat = now
             Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())

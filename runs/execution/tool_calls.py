@@ -19,6 +19,7 @@ from runs.execution.starting import Spec
 from runs.execution.writes import ROOT_SPAN, finish_run, write
 from runs.models import Approval, Run
 from runs.services.approvals import approval_request
+from runs.services.events import event_append
 from runs.tools.base import ToolContext, ToolError
 
 # The same tool with the same arguments this many times in a row gets a corrective
@@ -46,9 +47,9 @@ def run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=N
         unmatched = replayed and served is None and recorded.unmatched == "fail"
         if served is None and not unmatched and call["name"] in spec.approval_tools:
             approval = Approval.objects.filter(run=run, call_id=call["id"]).first()
-            if approval is None or approval.status == Approval.Status.PENDING:
-                if approval is None:
-                    approval_request(run=run, call=call)
+            if approval is None:
+                approval = approval_request(run=run, call=call)  # or approved by the session's approve-all
+            if approval.status == Approval.Status.PENDING:
                 return WAITING
             if approval.status == Approval.Status.APPROVED:
                 call = {**call, "arguments": approval.approved_arguments}
@@ -56,6 +57,12 @@ def run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=N
                 refusal = "a person rejected this call" + (f": {approval.reason}" if approval.reason else "")
             else:
                 refusal = "nobody approved this call in time"
+        if not refusal:
+            event_append(
+                run=run,
+                type="tool_call",
+                data={"run": run.pk, "call_id": call["id"], "tool": call["name"], "arguments": call["arguments"]},
+            )
         events, state["position"], stop = _run_tool(
             run,
             state["step"],
@@ -78,6 +85,7 @@ def run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=N
         state["recent_actions"] = recent
         # How many of the latest actions, counting back, are this same one.
         repeats = next((i for i, action in enumerate(reversed(recent)) if action != signature), len(recent))
+        warning = None
         if repeats > REPEAT_LIMIT and state["warned"] == signature:
             stop = stop or (
                 f"repeated action: {call['name']} was called with the same arguments {repeats} times in a row"
@@ -101,12 +109,27 @@ def run_pending_tools(run: Run, state: dict, tools: dict, spec: Spec, recorded=N
                 )
             )
             state["position"] += 1
+            warning = {"run": run.pk, "tool": call["name"], "repeats": repeats, "message": note}
         # The tool call and the state that says it was made are saved together, with the
         # run's end when the call stops it (a tool call in flight when a worker dies is
         # made again: nothing of it was stored).
         with transaction.atomic():
             write(run, **events)
             save_state(run, state)
+            stored = events["tool_calls"][0]
+            event_append(
+                run=run,
+                type="tool_output",
+                data={
+                    "run": run.pk,
+                    "call_id": stored.call_id,
+                    "tool": stored.tool_name,
+                    "result": stored.result,
+                    "error": stored.error,
+                },
+            )
+            if warning is not None:
+                event_append(run=run, type="repeated_action", data=warning)
             if stop:
                 finish_run(run, status=Run.Status.FAILED, error=stop)
         if stop:

@@ -13,6 +13,7 @@ from runs.events import RunEvent, StepEvent
 from runs.execution.starting import Spec
 from runs.ingest import ingest
 from runs.models import Run
+from runs.services.events import event_append
 from runs.signals import run_ended
 
 ROOT_SPAN = "root"
@@ -36,6 +37,10 @@ def finish_run(run: Run, *, status: str, output: Any = None, error: str = "") ->
         runs=[RunEvent(trace_id=run.trace_id, fields=fields)],
         steps=[root_step(run, status=status, error=error, output=output, ended=True)],
     )
+    event = {Run.Status.SUCCEEDED: "turn_complete", Run.Status.CANCELLED: "interrupted"}.get(status, "error")
+    data = {"run": run.pk, "turn": run.turn, "status": status}
+    data.update({"output": output} if status == Run.Status.SUCCEEDED else {"error": error})
+    event_append(run=run, type=event, data=data)
     run_ended.send(sender=Run, run=run, status=status)
 
 

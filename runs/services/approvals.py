@@ -15,13 +15,38 @@ from agentops.scoping import dangerously_unscoped, organization_scope
 from agentops.services.audit import audit_record
 from runs.events import RunEvent
 from runs.ingest import ingest
-from runs.models import Approval, Run
+from runs.models import Approval, Run, Session
+from runs.services.events import event_append
 from runs.tasks import execute_run
 
 
 def approval_request(*, run: Run, call: dict) -> Approval:
-    """Create (once per tool call) the pending approval and put the run in ``waiting``."""
-    approval, _ = Approval.objects.get_or_create(
+    """Create (once per tool call) the pending approval and put the run in ``waiting``;
+    or, when the run is a turn of a session whose approve-all covers the tool, the
+    approval already approved (the run goes on)."""
+    if run.agent_session_id is not None:
+        approve_all = Session.objects.filter(pk=run.agent_session_id).values_list("approve_all", flat=True).first()
+        if approve_all and ("*" in approve_all or call["name"] in approve_all):
+            with transaction.atomic():
+                approval, created = Approval.objects.get_or_create(
+                    run=run,
+                    call_id=call["id"],
+                    defaults={
+                        "organization_id": run.organization_id,
+                        "project_id": run.project_id,
+                        "tool_name": call["name"],
+                        "arguments": call["arguments"],
+                        "approved_arguments": call["arguments"],
+                        "status": Approval.Status.APPROVED,
+                        "reason": "approved by the session's approve-all",
+                        "decided_at": timezone.now(),
+                        "expires_at": timezone.now(),
+                    },
+                )
+                if created:
+                    _decided_event(approval, by="approve-all")
+            return approval
+    approval, created = Approval.objects.get_or_create(
         run=run,
         call_id=call["id"],
         defaults={
@@ -34,7 +59,37 @@ def approval_request(*, run: Run, call: dict) -> Approval:
     )
     Run.objects.filter(pk=run.pk).update(status=Run.Status.WAITING)
     ingest(project=run.project, runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.WAITING})])
+    if created:
+        event_append(
+            run=run,
+            type="approval_required",
+            data={
+                "run": run.pk,
+                "approval": approval.pk,
+                "call_id": approval.call_id,
+                "tool": approval.tool_name,
+                "arguments": approval.arguments,
+                "expires_at": approval.expires_at.isoformat(),
+            },
+        )
     return approval
+
+
+def _decided_event(approval: Approval, *, by: str | None) -> None:
+    event_append(
+        run=approval.run,
+        type="approval_decided",
+        data={
+            "run": approval.run_id,
+            "approval": approval.pk,
+            "call_id": approval.call_id,
+            "tool": approval.tool_name,
+            "decision": approval.status,
+            "arguments": approval.approved_arguments,
+            "reason": approval.reason,
+            "by": by,
+        },
+    )
 
 
 def approval_decide(
@@ -68,6 +123,7 @@ def approval_decide(
             data={"tool": approval.tool_name, "call_id": approval.call_id, "edited": approve and arguments is not None},
             ip=ip,
         )
+        _decided_event(approval, by=getattr(actor, "email", None) or (str(actor) if actor else None))
         _resume(approval.run)
     return approval
 
@@ -85,6 +141,7 @@ def _expire(approval: Approval) -> None:
     approval.reason = "nobody answered in time"
     approval.decided_at = timezone.now()
     approval.save(update_fields=["status", "reason", "decided_at"])
+    _decided_event(approval, by=None)
     _resume(approval.run)
 
 

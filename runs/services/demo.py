@@ -14,9 +14,10 @@ from django.utils import timezone
 from runs.events import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent
 from runs.execution import run_execute, run_start
 from runs.ingest import ingest
-from runs.models import Agent, Run
+from runs.models import Agent, Run, Session
 from runs.services.agents import agent_create
 from runs.services.replay import replay_start
+from runs.services.sessions import session_create, session_send
 
 SYSTEM_PROMPT = "You are the support agent of Acme. Use the tools; answer in two sentences."
 
@@ -229,4 +230,21 @@ def demo_agent_seed(*, project, actor=None) -> int:
     run.refresh_from_db()
     (replay,) = replay_start(source=run, actor=actor, overrides={"temperature": 0.5}, tool_mode="recorded")
     run_execute(run_id=replay.pk)
+    return 1
+
+
+DEMO_SESSION = "Demo session: a calculation, then follow-ups"
+DEMO_SESSION_MESSAGES = ["What is (19 + 23) * 2?", "And half of that?", "Thanks! Say it in one sentence."]
+
+
+def demo_session_seed(*, project, actor=None) -> int:
+    """A session with the offline demo agent and a few turns, each executed here, so a
+    new user can read a conversation and go on with it."""
+    agent = Agent.objects.filter(project=project, name=DEMO_AGENT).first()
+    if agent is None or Session.objects.filter(project=project, title=DEMO_SESSION).exists():
+        return 0
+    session = session_create(project=project, agent=agent, actor=actor, title=DEMO_SESSION)
+    for text in DEMO_SESSION_MESSAGES:
+        message = session_send(session=session, actor=actor, content=text)
+        run_execute(run_id=message.run_id)  # idle after each turn: every message starts its turn at once
     return 1

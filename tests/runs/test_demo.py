@@ -13,7 +13,7 @@ def test_sample_runs_are_added_once_and_read_like_real_ones(tenant, capsys):
     assert "already has runs" in capsys.readouterr().out
     with organization_scope(tenant.organization):
         runs = list(Run.objects.filter(executed=False).order_by("trace_id"))
-        executed = Run.objects.get(executed=True, replay_of__isnull=True)
+        executed = Run.objects.get(executed=True, replay_of__isnull=True, agent_session__isnull=True)
         replay = Run.objects.get(replay_of=executed)
     assert [run.status for run in runs] == ["succeeded", "succeeded", "failed"]
     assert all(run.total_cost > 0 and run.unpriced_step_count == 0 for run in runs)
@@ -63,3 +63,20 @@ def test_each_sample_run_can_be_replayed_from_its_page_without_a_mistral_key(ten
             served = list(replay.steps.filter(kind="tool").values_list("attributes__served", flat=True))
         assert replay.status == "succeeded", replay.error
         assert served == ["recorded"]
+
+
+def test_the_demo_session_has_turns_that_each_see_the_ones_before(tenant, capsys):
+    from runs.models import Session
+    from runs.services.demo import DEMO_SESSION_MESSAGES
+
+    call_command("seed_demo_runs", "acme/agent")
+    assert "Added a demo session with 3 turns" in capsys.readouterr().out
+    call_command("seed_demo_runs", "acme/agent")
+    with organization_scope(tenant.organization):
+        session = Session.objects.get()
+        turns = list(Run.objects.filter(agent_session=session).order_by("turn"))
+    assert [(t.turn, t.input, t.status) for t in turns] == [
+        (n + 1, text, "succeeded") for n, text in enumerate(DEMO_SESSION_MESSAGES)
+    ]
+    users = [m["content"] for m in turns[-1].execution["conversation"] if m["role"] == "user"]
+    assert users == DEMO_SESSION_MESSAGES, "the last turn carries the whole conversation"
