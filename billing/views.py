@@ -1,7 +1,7 @@
 """The organization's billing page: spend from the ledger over a period (totals, a chart
 by model, project or agent, the spend table and its CSV export, the most expensive
 runs), budgets with their progress (create, edit, delete) and the alerts raised.
-Owners and admins only: "org:write" to see it, "budget:write" to change budgets."""
+Owners and admins only: "billing:read" to see it, "budget:write" to change budgets."""
 
 from __future__ import annotations
 
@@ -33,9 +33,8 @@ def budget_rows(organization) -> list[dict]:
 
 
 class BillingIndexPage(OrganizationPage):
-    # roles.py has no billing permission; "org:write" is held by exactly the roles
-    # billing is for (owners and admins).
-    permissions = {"GET": Need("org:write", "see billing")}
+    # Owners and admins, as the billing API's spend and budget status.
+    permissions = {"GET": Need("billing:read", "see billing")}
 
     def get(self, request, org_slug):
         form = PeriodForm(request.GET)

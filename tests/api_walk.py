@@ -130,5 +130,6 @@ def make_world(tenant, client_for, key_client) -> World:
         "invitation_id": 999_999,
         "key_id": 999_999,
         "tool_id": 999_999,
+        "budget_id": 999_999,
     }
     return World(values=values, session=client_for(tenant.owner), key=key_client(project), job_token=job_token)
