@@ -90,12 +90,13 @@ def totals_of(table: list[dict]) -> dict:
 
 
 def organization_spend_table(*, organization, window: Window) -> list[dict]:
-    """Spend per project, agent and model over ``window``, the most expensive first."""
+    """Spend per project, agent, model, category and unit over ``window``, the most
+    expensive first."""
     # Grouped by project id, not by the joined slug and name: the join would be made for
     # every ledger row of the period; the few projects are read once afterwards.
     rows = list(
         _ledger(organization=organization, window=window)
-        .values("project_id", "agent_name", "model")
+        .values("project_id", "agent_name", "model", "category", "unit")
         .annotate(**SUMS)
         .order_by()
     )
@@ -113,10 +114,10 @@ def organization_spend_table(*, organization, window: Window) -> list[dict]:
 
 
 def organization_series(*, organization, window: Window, dimension: str) -> dict:
-    """Cost per day of each model, project or agent (``dimension``), for a stacked chart:
+    """Cost per day of each model, project, agent or category (``dimension``), for a stacked chart:
     ``{"days": [...], "series": [{"name", "cost": [...]}]}``; beyond the biggest
     ``CHART_SERIES`` names the rest is one "Other" series."""
-    field = {"model": "model", "project": "project_id", "agent": "agent_name"}[dimension]
+    field = {"model": "model", "project": "project_id", "agent": "agent_name", "category": "category"}[dimension]
     rows = list(
         _ledger(organization=organization, window=window)
         .values("day", field)

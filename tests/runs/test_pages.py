@@ -1202,3 +1202,16 @@ def test_live_updates_render_no_run_of_another_project(tenant, other_tenant):
             )
         )
     assert "own-run" in html and "foreign-run" not in html
+
+
+def test_the_run_page_shows_its_energy_and_co2e_beside_its_cost(signed_in, tenant):
+    from datetime import UTC, datetime
+
+    from tests.billing.factories import build_ledger, make_run, make_step
+
+    run = make_run(tenant.project, started_at=datetime(2026, 11, 2, 12, tzinfo=UTC))
+    make_step(run, model="mistral-large-2512", input_tokens=800, output_tokens=200, cost="0.01")
+    build_ledger(run)
+    body = signed_in(tenant.viewer).get(f"{BASE}/{run.pk}/").content.decode()
+    # 1k tokens x 6.0 Wh per 1k (Mistral Large) on the default grid (473 g/kWh).
+    assert "≈ 6.00 Wh · 2.84 g CO2e" in body and 'id="run-carbon"' in body
