@@ -121,9 +121,13 @@ _GPU_FIELDS = ("hardware", "backend", "day", "seconds")
 
 
 def run_footprint(run_id: int, *, factors: Factors | None = None) -> Footprint:
-    """A run's model calls, from its ledger contribution (the ledger task's lag applies)."""
+    """A run's model calls, from its ledger contribution (the ledger task's lag applies).
+    One query for a run with no contribution yet: the catalog is read only when needed."""
     rows = RunUsage.dangerously_unscoped_objects.filter(run_id=run_id, category=Category.LLM).exclude(model="")
-    return _tokens_rows(rows.values(*_TOKEN_FIELDS), factors or Factors()).rounded()
+    rows = list(rows.values(*_TOKEN_FIELDS))
+    if not rows:
+        return Footprint()
+    return _tokens_rows(rows, factors or Factors()).rounded()
 
 
 def runs_footprint(run_ids, *, factors: Factors | None = None) -> dict[int, Footprint]:
