@@ -233,3 +233,14 @@ def test_another_organizations_spend_and_budget_status_are_not_found(tenant, oth
     assert client_for(tenant.owner).get(ORG.format(org="globex") + "/spend/").status_code == 404
     client = key_client(tenant.project, scopes=("read",))
     assert client.get(PROJECT.format(org="globex", project="agent") + "/budgets/").status_code == 404
+
+
+def test_spend_by_api_key_and_agent(tenant, client_for, make_api_key):
+    key, _raw = make_api_key(tenant.project, ("ingest",))
+    ledger_row(tenant.project, day=today(), model="m", cost="2", api_key=key, agent_name="support")
+    ledger_row(tenant.project, day=today(), model="m", cost="1", agent_name="triage")
+    rows = client_for(tenant.owner).get(ORG.format(org="acme") + "/spend/?group_by=api_key,agent").json()["rows"]
+    assert [(row["api_key"], row["api_key_name"], row["agent"], row["cost"]) for row in rows] == [
+        (key.prefix, key.name, "support", "2.000000000"),
+        ("", "", "triage", "1.000000000"),
+    ]
