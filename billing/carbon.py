@@ -51,13 +51,20 @@ class Footprint:
 
 
 class Factors:
-    """The catalog, read once per use (a few dozen rows)."""
+    """The catalog, read once per use (a few dozen rows), when first needed."""
 
     def __init__(self, rows: list[EnergyFactor] | None = None):
-        rows = list(EnergyFactor.objects.all()) if rows is None else rows
-        self._by_kind: dict[str, list[EnergyFactor]] = defaultdict(list)
-        for row in rows:
-            self._by_kind[row.kind].append(row)
+        self._rows = rows
+        self._loaded: dict[str, list[EnergyFactor]] | None = None
+
+    @property
+    def _by_kind(self) -> dict[str, list[EnergyFactor]]:
+        # Read when first needed: usage with nothing to estimate costs no query.
+        if self._loaded is None:
+            self._loaded = defaultdict(list)
+            for row in list(EnergyFactor.objects.all()) if self._rows is None else self._rows:
+                self._loaded[row.kind].append(row)
+        return self._loaded
 
     def find(self, kind: str, name: str, day: date) -> EnergyFactor | None:
         """The factor of ``kind`` for ``name`` in effect on ``day``; ``*`` when no other matches."""
@@ -121,21 +128,16 @@ _GPU_FIELDS = ("hardware", "backend", "day", "seconds")
 
 
 def run_footprint(run_id: int, *, factors: Factors | None = None) -> Footprint:
-    """A run's model calls, from its ledger contribution (the ledger task's lag applies).
-    One query for a run with no contribution yet: the catalog is read only when needed."""
+    """A run's model calls, from its ledger contribution (the ledger task's lag applies)."""
     rows = RunUsage.dangerously_unscoped_objects.filter(run_id=run_id, category=Category.LLM).exclude(model="")
-    rows = list(rows.values(*_TOKEN_FIELDS))
-    if not rows:
-        return Footprint()
-    return _tokens_rows(rows, factors or Factors()).rounded()
+    return _tokens_rows(rows.values(*_TOKEN_FIELDS), factors or Factors()).rounded()
 
 
 def runs_footprint(run_ids, *, factors: Factors | None = None) -> dict[int, Footprint]:
-    """Each run's footprint (runs with no ledger row: none)."""
+    """Each run's footprint (runs with no ledger row: none). ``run_ids``: ids, or a
+    queryset of them (one query with its subquery)."""
     factors = factors or Factors()
-    rows = RunUsage.dangerously_unscoped_objects.filter(run_id__in=list(run_ids), category=Category.LLM).exclude(
-        model=""
-    )
+    rows = RunUsage.dangerously_unscoped_objects.filter(run_id__in=run_ids, category=Category.LLM).exclude(model="")
     by_run: dict[int, Footprint] = defaultdict(Footprint)
     for row in rows.values("run_id", *_TOKEN_FIELDS):
         by_run[row["run_id"]] += _tokens_rows([row], factors)

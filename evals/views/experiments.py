@@ -228,7 +228,7 @@ def progress_context(experiment: Experiment) -> dict[str, Any]:
 def experiment_footprint(experiment: Experiment):
     """The energy and CO2e estimate of the experiment's runs and its judge calls."""
     run_ids = experiment.results.exclude(run_id=None).values_list("run_id", flat=True)
-    return footprint_of(experiment_id=experiment.pk, run_ids=list(run_ids))
+    return footprint_of(experiment_id=experiment.pk, run_ids=run_ids)
 
 
 class ExperimentPage(ProjectPage):
