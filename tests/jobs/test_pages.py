@@ -724,7 +724,7 @@ def test_an_admin_sets_and_deletes_a_job_secret(signed_in, tenant, other_tenant)
         assert JobSecret.objects.filter(name="WANDB_API_KEY").exists()  # another organization's stays
 
 
-def test_an_ended_job_shows_its_energy_and_co2e_beside_its_cost(signed_in, tenant):
+def test_an_ended_job_shows_its_energy_and_co2e_beside_its_cost(signed_in, tenant, monkeypatch):
     from datetime import UTC, datetime, timedelta
 
     from billing.ledger import compute_usage_record
@@ -749,3 +749,14 @@ def test_an_ended_job_shows_its_energy_and_co2e_beside_its_cost(signed_in, tenan
     body = signed_in(tenant.viewer).get(f"/o/acme/p/agent/jobs/{job.pk}/").content.decode()
     # 2 h x 400 W on the US-east grid (370 g/kWh).
     assert re.search(rf'id="job-{job.pk}-carbon"[^>]*>≈ 800.0 Wh · 296.0 g CO2e<', body)
+    # And in the status block a live update sends when the job ends.
+    from agentops import live
+    from jobs.live import announce_job
+
+    sent = []
+    monkeypatch.setattr(live, "listening_topics", lambda *, project, topics: set(topics))
+    monkeypatch.setattr(live, "announce", lambda **kwargs: sent.append(kwargs))
+    with organization_scope(tenant.organization):
+        announce_job(job_id=job.pk)
+    status = next(message["html"] for message in sent if message["topic"] == f"job:{job.pk}")
+    assert re.search(rf'id="job-{job.pk}-carbon"[^>]*>≈ 800.0 Wh · 296.0 g CO2e<', status)
