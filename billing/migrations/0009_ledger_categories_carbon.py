@@ -61,8 +61,9 @@ FACTORS = [
 ]
 
 
-def seed_factors(apps, schema_editor):
-    EnergyFactor = apps.get_model("billing", "EnergyFactor")
+def create_factor_rows(EnergyFactor) -> None:
+    """Create the rows of ``FACTORS`` that are missing (billing.seed runs it too, for the
+    test suite, whose transactional tests empty every table)."""
     for kind, pattern, match, region, value, source in FACTORS:
         EnergyFactor.objects.get_or_create(
             kind=kind,
@@ -71,6 +72,10 @@ def seed_factors(apps, schema_editor):
             effective_from=SEEDED_AT,
             defaults={"region": region, "value": Decimal(value), "source": source, "created_at": SEEDED_AT},
         )
+
+
+def seed_factors(apps, schema_editor):
+    create_factor_rows(apps.get_model("billing", "EnergyFactor"))
 
 
 def unseed_factors(apps, schema_editor):

@@ -117,3 +117,12 @@ def test_daily_energy_and_co2e_for_the_charts(tenant):
     assert daily["energy_wh"] == [Decimal(0), Decimal("6.000"), Decimal("700.000")]
     assert daily["co2e_g"] == [Decimal(0), Decimal("2.838"), Decimal("259.000")]
     assert daily["total"].energy_wh == Decimal("706.000")
+
+
+def test_the_suites_seed_puts_back_exactly_the_migrations_factors(db):
+    from billing.seed import seed_energy_factors
+
+    installed = sorted(EnergyFactor.objects.values_list("kind", "pattern", "match", "value", "source"))
+    EnergyFactor.objects.all().delete()  # as a transactional test leaves the table
+    seed_energy_factors(EnergyFactor)
+    assert sorted(EnergyFactor.objects.values_list("kind", "pattern", "match", "value", "source")) == installed
