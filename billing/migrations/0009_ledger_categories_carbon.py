@@ -19,25 +19,25 @@ from django.db import migrations, models
 SEEDED_AT = datetime(2026, 1, 1, tzinfo=UTC)
 EPOCH = (
     "Epoch AI, 'How much energy does ChatGPT use?' (J. You, 2025-02-07): about 0.3 Wh for a typical "
-    "GPT-4o query of ~500 output tokens on H100s, i.e. ~0.6 Wh per 1k tokens; read 2026-11-25"
+    "GPT-4o query of ~500 output tokens on H100s, i.e. ~0.6 Wh per 1k tokens; cited from memory on 2026-11-25 without network access, unverified"
 )
 SCALED = (
     "estimate: the Epoch AI figure (0.6 Wh per 1k tokens for a GPT-4o-class model) scaled by the "
-    "model's smaller size; not published by the provider; read 2026-11-25"
+    "model's smaller size; not published by the provider; cited from memory on 2026-11-25 without network access, unverified"
 )
 MISTRAL_LCA = (
     "Mistral AI, life-cycle analysis of Mistral Large 2 (2025-07-22): 1.14 g CO2e marginal per "
     "400-token answer; at the platform default grid (473 g/kWh) that is ~6 Wh per 1k tokens, an "
-    "upper bound as it includes more than inference energy; read 2026-11-25"
+    "upper bound as it includes more than inference energy; cited from memory on 2026-11-25 without network access, unverified"
 )
-NVIDIA = "NVIDIA data sheet, maximum board power (TDP) of the {board}; read 2026-11-25"
+NVIDIA = "NVIDIA data sheet, maximum board power (TDP) of the {board}; cited from memory on 2026-11-25 without network access, unverified"
 EMBER = (
     "Ember, Global Electricity Review 2024: world average 2023 carbon intensity of electricity "
-    "~473 g CO2e/kWh; read 2026-11-25"
+    "~473 g CO2e/kWh; cited from memory on 2026-11-25 without network access, unverified"
 )
 EMBER_US = (
     "Ember, US electricity 2024: PJM region (US east, AWS us-east-1 where Hugging Face Jobs and "
-    "Modal run by default) ~370 g CO2e/kWh in 2023; read 2026-11-25"
+    "Modal run by default) ~370 g CO2e/kWh in 2023; cited from memory on 2026-11-25 without network access, unverified"
 )
 
 # (kind, pattern, match, region, value, source)
