@@ -55,7 +55,7 @@ class TopicKind:
 TOPICS: dict[str, TopicKind] = {
     # The billing page's alerts. The same permission as the billing page
     # (billing/views.py BillingIndexPage): viewers and members never hear of budgets.
-    "billing": TopicKind("organization", "org:write", takes_id=False),
+    "billing": TopicKind("organization", "billing:read", takes_id=False),
     # The runs list that takes new runs at its top (unfiltered, default order, first page).
     "runs": TopicKind("project", "work:read", takes_id=False),
     # The runs lists that cannot place new runs and offer a reload instead.

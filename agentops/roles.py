@@ -29,6 +29,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "apikey:write": ADMINS,
     "secret:read": ADMINS,
     "secret:write": ADMINS,
+    "billing:read": ADMINS,  # spend and budget status (the billing page, the billing API)
     "budget:write": ADMINS,
     "audit:read": ADMINS,
     # Bulk exports copy all of a project's data out of the platform, with the
@@ -44,6 +45,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
 KEY_SCOPE_FOR_PERMISSION: dict[str, str] = {
     "project:read": "read",
     "work:read": "read",
+    "billing:read": "read",  # the key's own project's spend and budget status
     "work:write": "execute",
     "run:ingest": "ingest",
 }

@@ -11,6 +11,7 @@ urlpatterns = [
     path("accounts/", include("allauth.urls")),
     path("api/v1/otlp/", include("runs.api.urls_otlp")),
     path("api/v1/", include("agentops.api.urls")),
+    path("api/v1/", include("billing.api.urls")),
     path("api/v1/", include("runs.api.urls")),
     path("api/v1/", include("evals.api.urls")),
     path("api/v1/", include("jobs.api.urls")),

@@ -8,7 +8,7 @@ from django.contrib import admin
 
 from agentops.pages import client_ip
 from billing.catalog import price_create, price_delete, price_update
-from billing.models import Price
+from billing.models import EnergyFactor, Price
 
 
 class PriceForm(forms.ModelForm):
@@ -95,3 +95,13 @@ class PriceAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset):
         for price in queryset:
             price_delete(price=price, actor=request.user, ip=client_ip(request))
+
+
+@admin.register(EnergyFactor)
+class EnergyFactorAdmin(admin.ModelAdmin):
+    """The carbon factor catalog (docs/billing.md, "Carbon"): add a version with a later
+    ``effective_from`` rather than editing one that past days were estimated with."""
+
+    list_display = ("kind", "pattern", "match", "region", "value", "effective_from", "source")
+    list_filter = ("kind",)
+    search_fields = ("pattern", "source")

@@ -17,7 +17,9 @@ from billing.reconcile import MAX_BYTES
 class PeriodForm(forms.Form):
     period = forms.ChoiceField(choices=list(spend.PERIODS.items()), required=False)
     by = forms.ChoiceField(
-        choices=[("model", "Model"), ("project", "Project"), ("agent", "Agent")], required=False, label="Chart by"
+        choices=[("model", "Model"), ("project", "Project"), ("agent", "Agent"), ("category", "Category")],
+        required=False,
+        label="Chart by",
     )
 
     def value(self, name: str, default: str) -> str:

@@ -29,6 +29,16 @@ not thousands of steps: nothing to batch). Its ledger rows carry the agent
 ``COMPUTE_AGENT`` and the model ``gpu:<hardware>``, so pages, budgets and alerts count
 them like model usage; a rebuild sums them with the runs' contributions.
 
+Evaluation: ``evaluation_usage_record`` stores one LLM-judge call (``EvaluationUsage``)
+and adds it to ``UsageDaily`` at once (category ``evaluation``, agent
+``EVALUATION_AGENT``, the judge's model), in its own transaction; evals calls it through
+its evaluators, since evals sits above billing. A rebuild sums these rows too.
+
+Categories: every ledger row has one (``billing.models.Category``) and a unit: a run's
+model calls are ``llm`` (unit ``token``), its tool steps ``tool`` (the unit of the tool's
+price, empty when it has none), GPU jobs ``gpu`` (``hour``), judge calls ``evaluation``
+(``token``). Budgets and alerts count every category.
+
 Every statement here is raw SQL across organizations: the ledger is system bookkeeping,
 called by ingest (one organization), by the job poller (one job) and by the ledger task
 (all of them).
@@ -46,7 +56,17 @@ from billing.tasks import evaluate_budget_alerts
 from billing.usage import usage_source
 
 # Ledger dimensions, in UsageDaily's unique constraint order.
-DIMENSIONS = ("organization_id", "project_id", "day", "agent_name", "model", "api_key_id", "end_user_id")
+DIMENSIONS = (
+    "organization_id",
+    "project_id",
+    "day",
+    "agent_name",
+    "model",
+    "api_key_id",
+    "end_user_id",
+    "category",
+    "unit",
+)
 MEASURES = ("input_tokens", "cached_input_tokens", "output_tokens", "cost", "steps", "unpriced_steps")
 _DIMENSIONS = ", ".join(DIMENSIONS)
 _MEASURES = ", ".join(MEASURES)
@@ -55,7 +75,7 @@ _MEASURES = ", ".join(MEASURES)
 _UPSERT_DAILY = f"""
     INSERT INTO billing_usagedaily ({_DIMENSIONS}, {_MEASURES})
     {{source}}
-    ON CONFLICT (project_id, day, agent_name, model, api_key_id, end_user_id) DO UPDATE SET
+    ON CONFLICT (project_id, day, agent_name, model, api_key_id, end_user_id, category, unit) DO UPDATE SET
         {", ".join(f"{m} = billing_usagedaily.{m} + EXCLUDED.{m}" for m in MEASURES)}
 """  # noqa: S608 - constant column names
 
@@ -151,7 +171,8 @@ def ledger_rebuild() -> dict:
         # the order compute_usage_record writes (ComputeUsage, then UsageDaily), so the
         # two cannot deadlock.
         cursor.execute(
-            "LOCK TABLE billing_runusage, billing_computeusage, billing_usagedaily IN SHARE ROW EXCLUSIVE MODE"
+            "LOCK TABLE billing_runusage, billing_computeusage, billing_evaluationusage, billing_usagedaily "
+            "IN SHARE ROW EXCLUSIVE MODE"
         )
         run_usage_rows = 0
         if source is not None:
@@ -176,6 +197,8 @@ def ledger_rebuild() -> dict:
                 SELECT {_DIMENSIONS}, {_MEASURES} FROM billing_runusage
                 UNION ALL
                 {_COMPUTE_CONTRIBUTION}
+                UNION ALL
+                {_EVALUATION_CONTRIBUTION}
             ) AS contributions
             GROUP BY {_DIMENSIONS}
         """  # noqa: S608 - constant column names
@@ -205,6 +228,7 @@ _HARDWARE_MAX_LENGTH = _BACKEND_MAX_LENGTH = 32  # ComputeUsage.hardware and .ba
 _COMPUTE_CONTRIBUTION = f"""
     SELECT organization_id, project_id, day, '{COMPUTE_AGENT}' AS agent_name,
            '{COMPUTE_MODEL_PREFIX}' || hardware AS model, api_key_id, '' AS end_user_id,
+           'gpu' AS category, 'hour' AS unit,
            0 AS input_tokens, 0 AS cached_input_tokens, 0 AS output_tokens, cost,
            1 AS steps, CASE WHEN hourly IS NULL THEN 1 ELSE 0 END AS unpriced_steps
     FROM billing_computeusage
@@ -334,7 +358,7 @@ def compute_usage_record(
         )
         for (row_project, day, model, row_api_key), (cost, steps, unpriced_steps) in changes:
             cursor.execute(
-                _UPSERT_DAILY.format(source="VALUES (%s, %s, %s, %s, %s, %s, %s, 0, 0, 0, %s, %s, %s)"),
+                _UPSERT_DAILY.format(source="VALUES (%s, %s, %s, %s, %s, %s, %s, 'gpu', 'hour', 0, 0, 0, %s, %s, %s)"),
                 [organization_id, row_project, day, COMPUTE_AGENT, model, row_api_key, "", cost, steps, unpriced_steps],
             )
     if changes:
@@ -344,3 +368,72 @@ def compute_usage_record(
 
 def _evaluate_alerts(organization_id: int) -> None:
     evaluate_budget_alerts.delay(organization_id)
+
+
+# --- Evaluation (LLM-judge calls) -------------------------------------------------------
+
+EVALUATION_AGENT = "llm-judge"
+_EVALUATION_CONTRIBUTION = f"""
+    SELECT organization_id, project_id, day, '{EVALUATION_AGENT}' AS agent_name, model,
+           NULL::bigint AS api_key_id, '' AS end_user_id, 'evaluation' AS category, 'token' AS unit,
+           input_tokens, cached_input_tokens, output_tokens, cost,
+           1 AS steps, CASE WHEN unpriced THEN 1 ELSE 0 END AS unpriced_steps
+    FROM billing_evaluationusage
+"""  # noqa: S608 - constants
+
+
+def evaluation_usage_record(
+    *,
+    organization_id: int,
+    project_id: int,
+    model: str,
+    input_tokens: int,
+    cached_input_tokens: int,
+    output_tokens: int,
+    cost: Decimal | None,
+    price_id: int | None,
+    at: datetime,
+    evaluator: str = "",
+    source: str = "",
+    experiment_id: int | None = None,
+    run_id: int | None = None,
+) -> None:
+    """Record one judge call (``cost`` None: the judge's model has no price; it counts
+    0 and as unpriced) and add it to ``UsageDaily``, in one transaction; budget alerts
+    are evaluated once it commits. Every call is recorded: a judge asked twice was paid
+    twice."""
+    if at.tzinfo is None:
+        raise ValueError("at must be an aware datetime")
+    counts = [max(int(value or 0), 0) for value in (input_tokens, cached_input_tokens, output_tokens)]
+    if cost is not None and (not isinstance(cost, Decimal) or not cost.is_finite() or cost < 0):
+        raise ValueError("cost must be a Decimal of at least 0, or None when unpriced")
+    model = (model or "")[:200]
+    day = at.astimezone(UTC).date()
+    amount = cost if cost is not None else Decimal(0)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO billing_evaluationusage (organization_id, project_id, day, evaluator, source, experiment_id, "
+            "run_id, model, input_tokens, cached_input_tokens, output_tokens, cost, unpriced, price_id, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now())",
+            [
+                organization_id,
+                project_id,
+                day,
+                (evaluator or "")[:64],
+                (source or "")[:16],
+                experiment_id,
+                run_id,
+                model,
+                *counts,
+                amount,
+                cost is None,
+                price_id,
+            ],
+        )
+        cursor.execute(
+            _UPSERT_DAILY.format(
+                source="VALUES (%s, %s, %s, %s, %s, NULL::bigint, '', 'evaluation', 'token', %s, %s, %s, %s, 1, %s)"
+            ),
+            [organization_id, project_id, day, EVALUATION_AGENT, model, *counts, amount, int(cost is None)],
+        )
+        transaction.on_commit(lambda: _evaluate_alerts(organization_id), robust=True)

@@ -13,7 +13,15 @@ the audited cost recomputations.
   ``ComputeUsage`` (each GPU job's, per day) so billing pages never scan raw steps, and a
   run or job deleted later keeps its cost.
 - ``Budget`` / ``BudgetAlert``: spend limits and every alert raised.
+- ``EvaluationUsage``: one LLM-judge call of an evaluator, written by evals through
+  ``billing.ledger.evaluation_usage_record``; it counts in the ledger as category
+  ``evaluation``.
+- ``EnergyFactor``: the versioned carbon catalog (Wh per token of a model, watts of a
+  GPU board, grams of CO2e per kWh of a backend's grid), each row with its source.
 - ``CostRevision`` / ``StepCostChange``: a recompute applied by staff, keeping old amounts.
+
+Every ledger row has a ``category`` (``Category``): LLM calls, tools (with their price
+unit), GPU jobs and evaluation (judge calls); budgets count all of them.
 """
 
 from django.conf import settings
@@ -25,6 +33,27 @@ from agentops.crypto import EncryptedTextField
 from agentops.scoping import TenantModel
 
 MONEY = {"max_digits": 18, "decimal_places": 9}
+
+
+class Category(models.TextChoices):
+    """What a ledger row's spend is for."""
+
+    LLM = "llm", "LLM calls"
+    TOOL = "tool", "Tools"
+    GPU = "gpu", "GPU jobs"
+    EVALUATION = "evaluation", "Evaluation"
+
+
+def _category_field():
+    return models.CharField(max_length=12, choices=Category.choices, default=Category.LLM)
+
+
+def _unit_field():
+    return models.CharField(
+        max_length=16, blank=True, help_text="What the spend is counted in: token, call, character, second, hour."
+    )
+
+
 RATE = {"max_digits": 14, "decimal_places": 6}
 
 
@@ -116,9 +145,13 @@ class RunUsage(TenantModel):
     cost = models.DecimalField(default=0, **MONEY)
     steps = models.IntegerField(default=0)
     unpriced_steps = models.IntegerField(default=0)
+    category = _category_field()
+    unit = _unit_field()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["run_id", "day", "model"], name="run_usage_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["run_id", "day", "model", "category", "unit"], name="run_usage_unique")
+        ]
 
 
 class ComputeUsage(TenantModel):
@@ -164,11 +197,13 @@ class UsageDaily(TenantModel):
     cost = models.DecimalField(default=0, **MONEY)
     steps = models.BigIntegerField(default=0)
     unpriced_steps = models.BigIntegerField(default=0)
+    category = _category_field()
+    unit = _unit_field()
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["project", "day", "agent_name", "model", "api_key", "end_user_id"],
+                fields=["project", "day", "agent_name", "model", "api_key", "end_user_id", "category", "unit"],
                 nulls_distinct=False,
                 name="usage_daily_unique",
             )
@@ -177,6 +212,76 @@ class UsageDaily(TenantModel):
         # The admin lists the ledger (the cost-audit console's entry) under this name.
         verbose_name = "daily usage"
         verbose_name_plural = "daily usage"
+
+
+class EvaluationUsage(TenantModel):
+    """One judge call of an LLM-judge evaluator (an experiment's, an online rule's or a
+    try), with its tokens and cost: its own record, like ``ComputeUsage`` (nothing to
+    recompute it from), summed into ``UsageDaily`` as category ``evaluation``."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    evaluator = models.CharField(max_length=64, blank=True, help_text="The evaluator's name.")
+    source = models.CharField(max_length=16, blank=True, help_text="experiment, online or try.")
+    experiment_id = models.BigIntegerField(null=True, blank=True)
+    run_id = models.BigIntegerField(null=True, blank=True, help_text="The run judged, if any.")
+    model = models.CharField(max_length=200)
+    input_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(default=0, **MONEY)
+    unpriced = models.BooleanField(default=False)
+    price = models.ForeignKey(Price, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["project", "day"], name="evaluation_usage_project_day"),
+            models.Index(fields=["experiment_id"], name="evaluation_usage_experiment"),
+        ]
+
+    def __str__(self) -> str:
+        return f"judge call of {self.evaluator} with {self.model} on {self.day}"
+
+
+class EnergyFactor(models.Model):
+    """One version of one carbon factor (see docs/billing.md, "Carbon"):
+
+    - ``model``: Wh per 1,000 tokens (input and output alike) of the models ``pattern`` names;
+    - ``gpu``: the board's power in watts of the GPU hardware ``pattern`` names;
+    - ``grid``: g CO2e per kWh of the grid of the backend kind ``pattern`` names (``region``
+      says which region it stands for; ``*`` is the default, also used for model calls).
+
+    Like prices, a change adds a version with a later ``effective_from``; the one in
+    effect at the usage's day applies."""
+
+    class Kind(models.TextChoices):
+        MODEL = "model", "Model energy (Wh per 1k tokens)"
+        GPU = "gpu", "GPU board power (W)"
+        GRID = "grid", "Grid intensity (g CO2e per kWh)"
+
+    class Match(models.TextChoices):
+        EXACT = "exact", "Exact name"
+        PREFIX = "prefix", "Name prefix"
+
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    pattern = models.CharField(max_length=200, help_text="Model, hardware or backend kind; * for any.")
+    match = models.CharField(max_length=8, choices=Match.choices, default=Match.EXACT)
+    region = models.CharField(max_length=64, blank=True, help_text="For a grid: the region it stands for.")
+    value = models.DecimalField(max_digits=14, decimal_places=6)
+    source = models.CharField(max_length=400, help_text="Where the number comes from, and when it was read.")
+    effective_from = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["kind", "pattern", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "pattern", "match", "effective_from"], name="energy_factor_unique"),
+            models.CheckConstraint(condition=models.Q(value__gte=0), name="energy_factor_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()}: {self.pattern} = {self.value}"
 
 
 class LedgerBacklog(models.Model):

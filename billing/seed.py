@@ -1,10 +1,10 @@
-"""The public price catalog again, for the test suite and demo data: transactional tests
-empty every table, migration data too, so the suite's fixture seeds it again before
-each test that uses the database (tests/conftest.py).
+"""The public price catalog and the carbon factors again, for the test suite and demo
+data: transactional tests empty every table, migration data too, so the suite's fixture
+seeds them again before each test that uses the database (tests/conftest.py).
 
-The rows themselves are the seed migrations' literals (0002, 0003, 0006): this module
-runs those migrations' own ``create_rows`` with the live ``Price``, so the suite finds
-exactly what a fresh install has. Migrations never import this module."""
+The rows themselves are the seed migrations' literals (0002, 0003, 0006; the factors:
+0009): this module runs those migrations' own ``create_rows`` (``create_factor_rows``)
+with the live model, so the suite finds exactly what a fresh install has. Migrations never import this module."""
 
 from importlib import import_module
 
@@ -25,3 +25,12 @@ def seed_catalog(model_price) -> None:
     ``Price`` model class)."""
     for name in _SEED_MIGRATIONS:
         _migration(name).create_rows(model_price)
+
+
+_FACTOR_MIGRATION = "0009_ledger_categories_carbon"
+
+
+def seed_energy_factors(model_energy_factor) -> None:
+    """Create the carbon factor rows of their migration that are missing
+    (``model_energy_factor``: the ``EnergyFactor`` model class)."""
+    _migration(_FACTOR_MIGRATION).create_factor_rows(model_energy_factor)

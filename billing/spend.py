@@ -18,10 +18,10 @@ from django.db.models import Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agentops.models import Organization, Project
+from agentops.models import ApiKey, Organization, Project
 from agentops.scoping import dangerously_unscoped
 from billing.ledger import COMPUTE_MODEL_PREFIX, is_compute_usage
-from billing.models import ComputeUsage, UsageDaily
+from billing.models import Category, ComputeUsage, UsageDaily
 from billing.usage import usage_source
 
 PERIODS = {"30d": "Last 30 days", "90d": "Last 90 days", "month": "This month"}
@@ -90,12 +90,13 @@ def totals_of(table: list[dict]) -> dict:
 
 
 def organization_spend_table(*, organization, window: Window) -> list[dict]:
-    """Spend per project, agent and model over ``window``, the most expensive first."""
+    """Spend per project, agent, model, category and unit over ``window``, the most
+    expensive first."""
     # Grouped by project id, not by the joined slug and name: the join would be made for
     # every ledger row of the period; the few projects are read once afterwards.
     rows = list(
         _ledger(organization=organization, window=window)
-        .values("project_id", "agent_name", "model")
+        .values("project_id", "agent_name", "model", "category", "unit")
         .annotate(**SUMS)
         .order_by()
     )
@@ -113,10 +114,10 @@ def organization_spend_table(*, organization, window: Window) -> list[dict]:
 
 
 def organization_series(*, organization, window: Window, dimension: str) -> dict:
-    """Cost per day of each model, project or agent (``dimension``), for a stacked chart:
+    """Cost per day of each model, project, agent or category (``dimension``), for a stacked chart:
     ``{"days": [...], "series": [{"name", "cost": [...]}]}``; beyond the biggest
     ``CHART_SERIES`` names the rest is one "Other" series."""
-    field = {"model": "model", "project": "project_id", "agent": "agent_name"}[dimension]
+    field = {"model": "model", "project": "project_id", "agent": "agent_name", "category": "category"}[dimension]
     rows = list(
         _ledger(organization=organization, window=window)
         .values("day", field)
@@ -147,6 +148,89 @@ def top_runs(*, organization, window: Window, limit: int = TOP_RUNS) -> list[Any
     if source is None:
         return []
     return source.top_runs(organization=organization, starts_at=window.starts_at, ends_at=window.ends_at, limit=limit)
+
+
+# --- Spend grouped by any dimensions (the billing page's categories, the billing API) --
+
+# What spend can be grouped by, and the ledger field behind each.
+GROUPS = {
+    "day": "day",
+    "model": "model",
+    "project": "project_id",
+    "agent": "agent_name",
+    "api_key": "api_key_id",
+    "category": "category",
+    "unit": "unit",
+}
+CATEGORIES = tuple(Category.values)
+
+
+def spend_by(
+    *,
+    organization,
+    window: Window,
+    group_by: tuple[str, ...],
+    project: Project | None = None,
+    categories: tuple[str, ...] = (),
+) -> list[dict]:
+    """Spend over ``window`` grouped by ``group_by`` (names of ``GROUPS``), of the whole
+    organization or one ``project``, of every category or those listed. Each row has its
+    group values (a project as its slug, an API key as its prefix and name, empty when
+    none) and ``SUMS``; by day first when grouped by day, else the most expensive first."""
+    queryset = _ledger(organization=organization, window=window)
+    if project is not None:
+        queryset = queryset.filter(project=project)
+    if categories:
+        queryset = queryset.filter(category__in=categories)
+    fields = [GROUPS[name] for name in group_by]
+    rows = list(queryset.values(*fields).annotate(**SUMS).order_by())
+    if "project" in group_by:
+        slugs = dict(Project.objects.filter(pk__in={row["project_id"] for row in rows}).values_list("pk", "slug"))
+    if "api_key" in group_by:
+        keys = {
+            key.pk: key
+            for key in ApiKey.objects.filter(pk__in={row["api_key_id"] for row in rows} - {None}).only("name", "prefix")
+        }
+    result = []
+    for row in rows:
+        item = {}
+        for name in group_by:
+            value = row.pop(GROUPS[name])
+            if name == "project":
+                value = slugs[value]
+            elif name == "api_key":
+                key = keys.get(value)
+                item["api_key_name"] = key.name if key else ""
+                value = key.prefix if key else ""
+            item[name] = value
+        item.update(row)
+        result.append(item)
+    result.sort(key=lambda row: (row.get("day") or date.min, -row["cost"], *(str(row[g]) for g in group_by)))
+    return result
+
+
+def category_totals(*, organization, window: Window, project: Project | None = None) -> list[dict]:
+    """Spend of each category (all four, zero when nothing was spent), then each tool
+    unit: ``[{"category", "label", "cost", "steps", "units": [{"unit", "cost", "steps"}]}]``."""
+    rows = spend_by(organization=organization, window=window, group_by=("category", "unit"), project=project)
+    totals = []
+    for category in Category:
+        mine = [row for row in rows if row["category"] == category.value]
+        totals.append(
+            {
+                "category": category.value,
+                "label": category.label,
+                "cost": sum((row["cost"] for row in mine), Decimal(0)),
+                "steps": sum(row["steps"] for row in mine),
+                "units": sorted(
+                    ({"unit": row["unit"] or "unpriced", "cost": row["cost"], "steps": row["steps"]} for row in mine),
+                    key=lambda unit: (-unit["cost"], unit["unit"]),
+                )
+                if category == Category.TOOL
+                else [],
+            }
+        )
+    return totals
 
 
 # --- The staff console -----------------------------------------------------------------

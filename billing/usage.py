@@ -48,6 +48,7 @@ class UsageSource(Protocol):
     def usage_query(self, *, listed_runs: bool) -> str:
         """A SELECT of the usage per run, UTC day and model, with the columns
         ``organization_id, project_id, day, agent_name, model, api_key_id, end_user_id,
+        category, unit,
         run_id`` then ``billing.ledger.MEASURES``; with ``listed_runs``, only of the
         runs whose ids are its one parameter (a ``bigint[]``), else of every run."""
 

@@ -1,7 +1,8 @@
-"""The organization's billing page: spend from the ledger over a period (totals, a chart
-by model, project or agent, the spend table and its CSV export, the most expensive
-runs), budgets with their progress (create, edit, delete) and the alerts raised.
-Owners and admins only: "org:write" to see it, "budget:write" to change budgets."""
+"""The organization's billing page: spend from the ledger over a period (totals, spend
+by category with tools by unit, a chart by model, project, agent or category, energy and
+CO2e per day beside it, the spend table and its CSV export, the most expensive runs),
+budgets with their progress (create, edit, delete) and the alerts raised.
+Owners and admins only: "billing:read" to see it, "budget:write" to change budgets."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from agentops.charts import chart_label
 from agentops.csvexport import csv_response
 from agentops.errors import ServiceError
 from agentops.pages import Need, OrganizationPage
-from billing import budgets, spend
+from billing import budgets, carbon, spend
 from billing.forms import BudgetForm, PeriodForm
 from billing.models import Budget, BudgetAlert
 
@@ -33,9 +34,8 @@ def budget_rows(organization) -> list[dict]:
 
 
 class BillingIndexPage(OrganizationPage):
-    # roles.py has no billing permission; "org:write" is held by exactly the roles
-    # billing is for (owners and admins).
-    permissions = {"GET": Need("org:write", "see billing")}
+    # Owners and admins, as the billing API's spend and budget status.
+    permissions = {"GET": Need("billing:read", "see billing")}
 
     def get(self, request, org_slug):
         form = PeriodForm(request.GET)
@@ -45,13 +45,15 @@ class BillingIndexPage(OrganizationPage):
         if request.GET.get("format") == "csv":
             return csv_response(
                 f"{self.organization.slug}-spend-{window.start}-{window.end}.csv",
-                ["project", "agent", "model", "cost_usd", "input_tokens", "cached_input_tokens", "output_tokens"]
-                + ["steps", "unpriced_steps"],
+                ["project", "agent", "model", "category", "unit", "cost_usd", "input_tokens", "cached_input_tokens"]
+                + ["output_tokens", "steps", "unpriced_steps"],
                 (
                     [
                         row["project__slug"],
                         row["agent_name"],
                         row["model"],
+                        row["category"],
+                        row["unit"],
                         row["cost"],
                         row["input_tokens"],
                         row["cached_input_tokens"],
@@ -71,13 +73,26 @@ class BillingIndexPage(OrganizationPage):
                 for item in series["series"]
             ],
         }
+        footprint = carbon.daily_footprint(organization=self.organization, window=window)
+        chart["carbon"] = {
+            "days": [day.isoformat() for day in footprint["days"]],
+            "energy_wh": [float(value) for value in footprint["energy_wh"]],
+            "co2e_g": [float(value) for value in footprint["co2e_g"]],
+        }
         return self.render_page(
             "billing/index.html",
             {
                 "period": period,
                 "periods": list(spend.PERIODS.items()),
                 "dimension": dimension,
-                "dimensions": [("model", "Model"), ("project", "Project"), ("agent", "Agent")],
+                "dimensions": [
+                    ("model", "Model"),
+                    ("project", "Project"),
+                    ("agent", "Agent"),
+                    ("category", "Category"),
+                ],
+                "categories": spend.category_totals(organization=self.organization, window=window),
+                "footprint": footprint["total"],
                 "window": window,
                 "totals": totals,
                 "total_tokens": totals["input_tokens"] + totals["output_tokens"],

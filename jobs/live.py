@@ -1,4 +1,4 @@
-"""Live updates of the job pages: a job's status block (status, timeline, cost) when
+"""Live updates of the job pages: a job's status block (status, timeline, cost, energy) when
 it changes, and new log lines appended to its log tail as they arrive, sent to the job's
 topic (``job:<id>``); and its row to the lists showing it (``job-row:<id>``). Each only
 while such a page is open; a page that reconnects re-renders from PostgreSQL."""
@@ -10,6 +10,7 @@ import logging
 from django.template.loader import render_to_string
 
 from agentops import live
+from billing.carbon import job_footprint
 from jobs.models import Job, JobLogLine
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ def announce_job(*, job_id: int) -> None:
     if job is None:
         return
     context = {"organization": job.project.organization, "project": job.project, "job": job, "oob": True}
+    if job.ended and page in listening:
+        context["footprint"] = job_footprint(job.pk)  # the energy estimate beside the cost
     try:
         messages = [(page, render_to_string("jobs/_status.html", context))] if page in listening else []
         if row in listening:

@@ -27,6 +27,7 @@ from django.urls import reverse
 from agentops import live
 from agentops.errors import ServiceError
 from agentops.pages import Need, OrganizationPage, ProjectPage
+from billing.carbon import job_footprint
 from evals.exports import streaming_body
 from evals.models import DatasetItem
 from jobs import services
@@ -247,6 +248,7 @@ class JobPage(ProjectPage):
             "jobs/detail.html",
             {
                 "job": job,
+                "footprint": job_footprint(job.pk),
                 "lines": log_tail(job),
                 "tail_lines": TAIL_LINES,
                 "chart": gpu_chart(job),
@@ -271,7 +273,15 @@ class JobLiveFragment(ProjectPage):
     def get(self, request, org_slug, project_slug, job_id):
         job = job_in_project(self.project, job_id)
         return render(
-            request, "jobs/_live.html", {**self.page_context(), "job": job, "lines": log_tail(job), "oob": True}
+            request,
+            "jobs/_live.html",
+            {
+                **self.page_context(),
+                "job": job,
+                "footprint": job_footprint(job.pk),
+                "lines": log_tail(job),
+                "oob": True,
+            },
         )
 
 

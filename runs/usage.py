@@ -26,12 +26,19 @@ from runs.models import Run, Step
 
 _BATCH = 2000
 
-# One run's usage per UTC day and model, from its steps. A step with no start time
-# counts on its run's start day, or the day it was stored.
+# One run's usage per UTC day, model and category, from its steps. A step with no start
+# time counts on its run's start day, or the day it was stored. A tool step (no model) is
+# category "tool", named by the tool, in its price's unit; every other step is "llm".
 _USAGE_SELECT = """
     SELECT s.organization_id, r.project_id,
            (coalesce(s.started_at, r.started_at, s.created_at) AT TIME ZONE 'UTC')::date AS day,
-           r.agent_name, s.model, r.api_key_id, r.end_user_id, s.run_id,
+           r.agent_name,
+           CASE WHEN s.kind = 'tool' AND s.model = '' THEN left(s.name, 200) ELSE s.model END AS model,
+           r.api_key_id, r.end_user_id,
+           CASE WHEN s.kind = 'tool' AND s.model = '' THEN 'tool' ELSE 'llm' END AS category,
+           CASE WHEN s.kind = 'tool' AND s.model = '' THEN coalesce(p.unit, '')
+                WHEN s.model <> '' THEN 'token' ELSE '' END AS unit,
+           s.run_id,
            sum(s.input_tokens) AS input_tokens,
            sum(s.cached_input_tokens) AS cached_input_tokens,
            sum(s.output_tokens) AS output_tokens,
@@ -39,8 +46,9 @@ _USAGE_SELECT = """
            count(*) AS steps,
            count(*) FILTER (WHERE s.unpriced) AS unpriced_steps
     FROM runs_step s JOIN runs_run r ON r.id = s.run_id
+    LEFT JOIN billing_price p ON p.id = s.price_id AND s.kind = 'tool'
     {where}
-    GROUP BY s.organization_id, r.project_id, 3, r.agent_name, s.model, r.api_key_id, r.end_user_id, s.run_id
+    GROUP BY s.organization_id, r.project_id, 3, r.agent_name, 5, r.api_key_id, r.end_user_id, 8, 9, s.run_id
 """
 
 

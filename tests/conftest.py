@@ -132,8 +132,8 @@ DB_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequenc
 
 @pytest.fixture(autouse=True)
 def _seeded_price_table(request):
-    """Every test that uses the database finds the seeded price table, as a fresh
-    install does: transactional tests empty all tables afterwards, migration data too."""
+    """Every test that uses the database finds the seeded price table and carbon
+    factors, as a fresh install does: transactional tests empty all tables afterwards, migration data too."""
     from billing.services import prices_changed
 
     prices_changed()
@@ -141,11 +141,12 @@ def _seeded_price_table(request):
         yield
         return
     request.getfixturevalue("django_db_setup")
-    from billing.models import Price
-    from billing.seed import seed_catalog
+    from billing.models import EnergyFactor, Price
+    from billing.seed import seed_catalog, seed_energy_factors
 
     with request.getfixturevalue("django_db_blocker").unblock():
         seed_catalog(Price)
+        seed_energy_factors(EnergyFactor)
     yield
     prices_changed()
 

@@ -180,7 +180,7 @@ class EvaluatorTestView(ProjectEndpoint):
             tool_calls=data["tool_calls"],
         )
         spec = spec_of(evaluator)
-        outcome = evaluate(spec, subject, organization=self.organization)
+        outcome = evaluate(spec, subject, organization=self.organization, project=self.project, source="try")
         return Response(outcome_body(spec, outcome))
 
 

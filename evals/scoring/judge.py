@@ -195,6 +195,14 @@ class LlmJudge(EvaluatorKind):
             if price is not None
             else None
         )
+        call = {
+            "model": result.model or model,
+            "input_tokens": result.input_tokens,
+            "cached_input_tokens": result.cached_input_tokens,
+            "output_tokens": result.output_tokens,
+            "cost": cost,
+            "price_id": price.id if price is not None else None,
+        }
         details = {
             "judge_model": result.model or model,
             "input_tokens": result.input_tokens,
@@ -205,5 +213,7 @@ class LlmJudge(EvaluatorKind):
         try:
             score, reasoning = parse_judge_answer(result.content)
         except ValueError as exc:
-            return Outcome(value=None, error=str(exc), details={**details, "answer": result.content[:2000]})
-        return Outcome(value=score, reasoning=reasoning, details=details)
+            return Outcome(
+                value=None, error=str(exc), details={**details, "answer": result.content[:2000]}, model_call=call
+            )
+        return Outcome(value=score, reasoning=reasoning, details=details, model_call=call)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
+from django.utils import timezone
+
 from agentops.errors import InvalidRequest
 from agentops.jsonsafe import storable_lossy, storage_problem
 from evals.scoring.config import ConfigReader
@@ -106,8 +108,12 @@ def validate_config(kind: str, config: dict) -> dict:
     return reader.cleaned
 
 
-def evaluate(spec: dict, subject: Subject, *, organization) -> Outcome:
-    """Score ``subject`` with the evaluator ``spec``. Never raises for bad output."""
+def evaluate(
+    spec: dict, subject: Subject, *, organization, project=None, source: str = "", experiment_id: int | None = None
+) -> Outcome:
+    """Score ``subject`` with the evaluator ``spec``. Never raises for bad output. A paid
+    model call the evaluator made (the LLM judge) goes to ``project``'s billing ledger as
+    evaluation spend, with ``source`` (experiment, online, try) and ``experiment_id``."""
     kind = spec.get("kind")
     evaluator_kind = _KINDS.get(kind)
     if evaluator_kind is None:
@@ -120,6 +126,15 @@ def evaluate(spec: dict, subject: Subject, *, organization) -> Outcome:
     except Exception as exc:  # noqa: BLE001 - one evaluator's failure must not stop an experiment
         logger.exception("evaluator %s (%s) failed", spec.get("name"), kind)
         return Outcome(value=None, error=f"the evaluator failed: {type(exc).__name__}: {str(exc)[:300]}")
+    if outcome.model_call is not None and project is not None:
+        _record_model_call(
+            outcome.model_call,
+            project=project,
+            evaluator=str(spec.get("name") or kind),
+            source=source,
+            experiment_id=experiment_id,
+            run_id=subject.run_id,
+        )
     # A judge's or a webhook's answer is stored as given: nothing in it may be unstorable.
     return Outcome(
         value=outcome.value,
@@ -127,3 +142,28 @@ def evaluate(spec: dict, subject: Subject, *, organization) -> Outcome:
         details=storable_lossy(outcome.details or {}),
         error=storable_lossy(outcome.error or ""),
     )
+
+
+def _record_model_call(call: dict, *, project, evaluator: str, source: str, experiment_id, run_id) -> None:
+    """The judge's call into the billing ledger (billing sits below evals: its service
+    writes it). A ledger failure is logged, never the score's: the call was made."""
+    from billing.ledger import evaluation_usage_record
+
+    try:
+        evaluation_usage_record(
+            organization_id=project.organization_id,
+            project_id=project.pk,
+            model=call["model"],
+            input_tokens=call["input_tokens"],
+            cached_input_tokens=call["cached_input_tokens"],
+            output_tokens=call["output_tokens"],
+            cost=call["cost"],
+            price_id=call["price_id"],
+            at=timezone.now(),
+            evaluator=evaluator,
+            source=source,
+            experiment_id=experiment_id,
+            run_id=run_id,
+        )
+    except Exception:  # noqa: BLE001 - the score stands; the missing ledger row is logged
+        logger.exception("recording the judge call of %s in the ledger failed", evaluator)

@@ -192,3 +192,7 @@ class Outcome:
     reasoning: str = ""
     details: dict = field(default_factory=dict)
     error: str = ""
+    # A paid model call the evaluator made (the LLM judge): ``evaluate`` writes it to the
+    # billing ledger as evaluation spend. Keys: model, input_tokens, cached_input_tokens,
+    # output_tokens, cost (Decimal or None: unpriced), price_id.
+    model_call: dict | None = None

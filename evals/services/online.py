@@ -266,7 +266,13 @@ def matching_runs(*, rule: OnlineRule, since: datetime) -> QuerySet[Run]:
 
 def _evaluate(rule: OnlineRule, spec: dict, run: Run) -> scoring.Outcome:
     try:
-        return scoring.evaluate(spec, scoring.Subject.from_run(run), organization=rule.project.organization)
+        return scoring.evaluate(
+            spec,
+            scoring.Subject.from_run(run),
+            organization=rule.project.organization,
+            project=rule.project,
+            source="online",
+        )
     except Exception as exc:  # noqa: BLE001 - one run's failure is recorded on its score, not fatal to the scan
         logger.exception("online rule %s: evaluating run %s failed", rule.pk, run.pk)
         return scoring.Outcome(value=None, error=f"the evaluator failed: {exc}"[:2000])

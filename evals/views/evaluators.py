@@ -272,7 +272,7 @@ class EvaluatorTryAction(EvaluatorDetailPage):
             output=_json_or_text(form.cleaned_data["output"]),
         )
         spec = spec_of(evaluator)
-        outcome = evaluate(spec, subject, organization=self.organization)
+        outcome = evaluate(spec, subject, organization=self.organization, project=self.project, source="try")
         result = {
             "value": outcome.value,
             "passed": passed(spec, outcome.value),

@@ -25,6 +25,7 @@ from agentops import live
 from agentops.charts import chart_label
 from agentops.errors import ServiceError
 from agentops.pages import Need, ProjectPage
+from billing.carbon import experiment_footprint as footprint_of
 from evals import exports, selectors
 from evals.models import Dataset, Evaluator, Experiment
 from evals.services import experiments as services
@@ -220,7 +221,14 @@ def progress_context(experiment: Experiment) -> dict[str, Any]:
         "experiment": experiment,
         "metric_names": selectors.metric_names(experiment),
         "means": selectors.running_means(experiment),
+        "footprint": experiment_footprint(experiment),
     }
+
+
+def experiment_footprint(experiment: Experiment):
+    """The energy and CO2e estimate of the experiment's runs and its judge calls."""
+    run_ids = experiment.results.exclude(run_id=None).values_list("run_id", flat=True)
+    return footprint_of(experiment_id=experiment.pk, run_ids=run_ids)
 
 
 class ExperimentPage(ProjectPage):

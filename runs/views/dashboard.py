@@ -1,13 +1,17 @@
-"""The project dashboard: totals and charts over a time range. The aggregates come
+"""The project dashboard: totals and charts over a time range, spend by category (LLM,
+tools by unit, GPU jobs, evaluation) and the energy estimate. The aggregates come
 from ``selectors.dashboard`` (computed in PostgreSQL); the page hands the series to
 Plotly (served from the installed ``plotly`` package, never a CDN) as JSON."""
 
 from __future__ import annotations
 
+from datetime import UTC, timedelta
 from decimal import Decimal
 
 from agentops.charts import chart_label
 from agentops.pages import Need, ProjectPage
+from billing.carbon import daily_footprint
+from billing.spend import Window, category_totals
 from runs import selectors
 from runs.forms import RANGE_LABELS, DashboardRangeForm
 
@@ -58,6 +62,9 @@ class DashboardPage(ProjectPage):
             .values_list("latency_ms", flat=True)[:LATENCY_SAMPLE]
         )
         totals = board["totals"]
+        # Spend by category and the energy estimate come from the billing ledger, which
+        # is per UTC day: the days the range touches (GPU jobs and judge calls included).
+        days = Window(start.astimezone(UTC).date(), (end - timedelta(microseconds=1)).astimezone(UTC).date())
         return self.render_page(
             "runs/dashboard.html",
             {
@@ -70,6 +77,11 @@ class DashboardPage(ProjectPage):
                 "total_tokens": (totals["input_tokens"] or 0) + (totals["output_tokens"] or 0),
                 "total_cost": totals["cost"] or Decimal(0),
                 "cost_by_model": board["cost_by_model"],
+                "category_days": days,
+                "categories": category_totals(organization=self.organization, window=days, project=self.project),
+                "footprint": daily_footprint(organization=self.organization, window=days, project=self.project)[
+                    "total"
+                ],
                 "chart": chart_data(board, latencies, start, end),
                 "latency_sample": len(latencies),
                 "latency_sample_limit": LATENCY_SAMPLE,

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from agentops import live
 from agentops.pages import Need, ProjectPage
+from billing.carbon import run_footprint
 from runs import selectors
 from runs.models import Approval, Run, Step
 from runs.views import display, run_tabs
@@ -83,6 +84,7 @@ class RunPageMixin:
             "parent": parent,
             "urls": self.urls(run),
             "approvals": run_approvals(run),
+            "footprint": run_footprint(run.pk),
         }
 
     def tab_context(self, run: Run, tab: str, now: datetime) -> dict[str, Any]:

@@ -228,6 +228,13 @@ UNSCOPED_ROUTES = {
 # design: tests/agentops/test_admin.py) and allauth's sign-in, sign-up and password pages.
 # Static files are served outside the URLconf (tests/agentops/test_staticfinders.py).
 UNSCOPED_TREES = ("admin/", "accounts/")
+# Server-Sent Events streams: async function views (no DRF, no thread per client) that
+# resolve the caller's access with agentops.access as the endpoints do, before streaming
+# (runs/sse.py; isolation and roles in tests/runs/test_sse.py).
+STREAM_ROUTES = {
+    "api/v1/projects/<slug:org_slug>/<slug:project_slug>/agent-sessions/<int:session_id>/events/": "session_events",
+    "api/v1/projects/<slug:org_slug>/<slug:project_slug>/runs/<int:run_id>/events/": "run_events",
+}
 
 
 def _routes(patterns=None, prefix=""):
@@ -246,6 +253,12 @@ def test_every_route_is_served_by_a_scoped_api_endpoint_or_page():
     problems = []
     for route, view_class in routes.items():
         if route.startswith(UNSCOPED_TREES):
+            continue
+        if route in STREAM_ROUTES:
+            from runs import sse
+
+            if view_class is not None or not hasattr(sse, STREAM_ROUTES[route]):
+                problems.append(f"{route}: listed as an event stream of runs/sse.py, is {view_class}")
             continue
         if route in UNSCOPED_ROUTES:
             base, _why = UNSCOPED_ROUTES[route]

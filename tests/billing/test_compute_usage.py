@@ -247,7 +247,7 @@ def test_the_billing_page_shows_the_job_cost(tenant, other_tenant, client):
     assert 'gpu:a100 <span class="muted">(job)</span>' in body and "$4.50" in body
     assert response.context["totals"]["cost"] == Decimal("4.5")
     csv_body = client.get("/o/acme/billing/?format=csv").content.decode()
-    assert "gpu-job,gpu:a100,4.500000000" in csv_body
+    assert "gpu-job,gpu:a100,gpu,hour,4.500000000" in csv_body
     # Another organization's page does not show it.
     client.force_login(other_tenant.owner)
     response = client.get("/o/globex/billing/")

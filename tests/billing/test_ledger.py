@@ -236,3 +236,91 @@ def test_two_refreshers_at_once_count_each_run_once(tenant):
     assert_ledger_matches_steps(tenant.organization)
     with organization_scope(tenant.organization):
         assert RunUsage.objects.count() == 60
+
+
+# --- Categories ---------------------------------------------------------------------------
+
+
+def _spend_in_every_category(tenant):
+    """An LLM call, a tool priced per character, a free tool, an hour of a100 at 3/h and a
+    judge call, all on one day and in the ledger."""
+    from billing.ledger import compute_usage_record, evaluation_usage_record
+
+    at = datetime(2026, 11, 2, 12, tzinfo=UTC)
+    ingest_and_mark(
+        tenant.project,
+        steps=[
+            llm_step("t", "llm", at, model="mistral-large-2512", tokens=1_000_000),
+            StepEvent(trace_id="t", span_id="tts", kind="tool", name="tts", input={"text": "x" * 1000}, started_at=at),
+            StepEvent(trace_id="t", span_id="calc", kind="tool", name="calculator", input={"e": "1"}, started_at=at),
+        ],
+    )
+    drain()
+    compute_usage_record(
+        organization_id=tenant.organization.pk,
+        project_id=tenant.project.pk,
+        job_id=77,
+        started_at=at,
+        ended_at=at + timedelta(hours=1),
+        hardware="a100",
+        backend="local",
+        hourly=Decimal("3"),
+        price_id=None,
+    )
+    evaluation_usage_record(
+        organization_id=tenant.organization.pk,
+        project_id=tenant.project.pk,
+        model="mistral-small-latest",
+        input_tokens=900,
+        cached_input_tokens=0,
+        output_tokens=40,
+        cost=Decimal("0.25"),
+        price_id=None,
+        at=at,
+        evaluator="helpfulness",
+        source="experiment",
+        experiment_id=5,
+    )
+    return at
+
+
+def test_spend_is_split_into_llm_tools_by_unit_gpu_jobs_and_evaluation(tenant):
+    from billing.spend import Window, category_totals
+
+    at = _spend_in_every_category(tenant)
+    with organization_scope(tenant.organization):
+        llm_cost = Step.objects.get(span_id="llm").cost
+        totals = {
+            row["category"]: row
+            for row in category_totals(organization=tenant.organization, window=Window(at.date(), at.date()))
+        }
+    assert totals["llm"]["cost"] == llm_cost and totals["llm"]["steps"] == 1
+    assert totals["tool"]["cost"] == Decimal("0.015") and totals["tool"]["steps"] == 2
+    assert totals["tool"]["units"] == [
+        {"unit": "character", "cost": Decimal("0.015"), "steps": 1},
+        {"unit": "unpriced", "cost": Decimal(0), "steps": 1},
+    ]
+    assert totals["gpu"]["cost"] == Decimal("3") and totals["evaluation"]["cost"] == Decimal("0.25")
+
+
+def test_budgets_count_every_category(tenant):
+    from billing.budgets import budget_create, budget_spend
+
+    at = _spend_in_every_category(tenant)
+    with organization_scope(tenant.organization):
+        llm_cost = Step.objects.get(span_id="llm").cost
+        budget = budget_create(organization=tenant.organization, actor=None, name="all", amount="1000")
+    spent = budget_spend(budget, at.date())
+    assert spent["spend"] == llm_cost + Decimal("0.015") + Decimal("3") + Decimal("0.25")
+
+
+def test_a_rebuild_keeps_every_category(tenant):
+    from billing.spend import Window, category_totals
+
+    at = _spend_in_every_category(tenant)
+    window = Window(at.date(), at.date())
+    with organization_scope(tenant.organization):
+        before = category_totals(organization=tenant.organization, window=window)
+    ledger_rebuild()
+    with organization_scope(tenant.organization):
+        assert category_totals(organization=tenant.organization, window=window) == before

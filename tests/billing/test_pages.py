@@ -242,3 +242,42 @@ def test_billing_is_in_the_sidebar_for_owners_only(tenant, client):
     assert 'href="/o/acme/billing/"' in client.get("/o/acme/").content.decode()
     client.force_login(tenant.member)
     assert 'href="/o/acme/billing/"' not in client.get("/o/acme/").content.decode()
+
+
+def test_billing_splits_spend_into_categories_with_tools_by_unit_and_shows_energy(tenant, spend, client):
+    ledger_row(tenant.project, day=today(), model="tts", cost="0.30", category="tool", unit="character", steps=4)
+    ledger_row(tenant.project, day=today(), model="calculator", cost="0", category="tool", unit="", steps=2)
+    ledger_row(
+        tenant.project, day=today(), model="gpu:a100", cost="5", category="gpu", unit="hour", agent_name="gpu-job"
+    )
+    ledger_row(
+        tenant.project,
+        day=today(),
+        model="mistral-large-2512",
+        cost="0.20",
+        category="evaluation",
+        agent_name="llm-judge",
+    )
+    client.force_login(tenant.owner)
+    response = client.get(URL + "?by=category")
+    categories = {row["category"]: row for row in response.context["categories"]}
+    assert {name: row["cost"] for name, row in categories.items()} == {
+        "llm": Decimal("3.75"),
+        "tool": Decimal("0.30"),
+        "gpu": Decimal("5"),
+        "evaluation": Decimal("0.20"),
+    }
+    assert [(unit["unit"], unit["steps"]) for unit in categories["tool"]["units"]] == [
+        ("character", 4),
+        ("unpriced", 2),
+    ]
+    assert {series["name"] for series in response.context["chart"]["series"]} == {"llm", "tool", "gpu", "evaluation"}
+    body = response.content.decode()
+    assert 'id="spend-categories"' in body and "per character" in body
+    # Energy: the LLM and judge rows' tokens (none here) and no GPU seconds: 0, drawn per day.
+    assert len(response.context["chart"]["carbon"]["energy_wh"]) == 30 and 'id="total-energy"' in body
+    rows = list(csv.DictReader(io.StringIO(client.get(URL + "?format=csv").content.decode())))
+    assert {(row["model"], row["category"], row["unit"]) for row in rows if row["category"] == "tool"} == {
+        ("tts", "tool", "character"),
+        ("calculator", "tool", ""),
+    }

@@ -63,5 +63,10 @@ def test_owner_reads_spend_by_model_drawn_by_plotly(
         assert page.locator("#chart-spend .bars .point").count() == 2 * 30, "a bar per model and day of the 30 days"
         # 1M + 2M + 3M input tokens of large at 0.50, 6M of small at 0.15 per million.
         assert "$3.90" in page.locator("body").inner_text()
+        # Energy per day beside it: bars of Wh and a line of CO2e, one point a day. 6M tokens
+        # of large at 6.0 Wh per 1k, 6M of small at 0.15: 36,900 Wh.
+        page.wait_for_selector("#chart-carbon .main-svg")
+        assert page.locator("#chart-carbon .bars .point").count() == 30
+        assert "36900.0 Wh" in page.locator("#total-energy").inner_text()
         page.screenshot(path=str(artifacts_dir / "billing-page.png"), full_page=True)
         assert errors == []

@@ -579,3 +579,41 @@ def test_outsiders_cannot_see_the_pages(client, tenant, outsider, pair):
     client.force_login(outsider)
     assert client.get(url("experiment", experiment_id=pair[0].pk)).status_code == 404
     assert client.get(url("experiments")).status_code == 404
+
+
+def test_an_experiment_page_shows_the_energy_of_its_runs_and_its_judge_calls(client, tenant, ended):
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from django.db.models import Sum
+
+    from billing.ledger import evaluation_usage_record, ledger_refresh
+    from billing.models import RunUsage
+
+    while ledger_refresh():
+        pass
+    evaluation_usage_record(
+        organization_id=tenant.organization.pk,
+        project_id=tenant.project.pk,
+        model="mistral-small-latest",
+        input_tokens=2000,
+        cached_input_tokens=0,
+        output_tokens=0,
+        cost=Decimal("0.001"),
+        price_id=None,
+        at=datetime.now(UTC),
+        experiment_id=ended.pk,
+    )
+    with organization_scope(tenant.organization):
+        run_ids = ExperimentResult.objects.filter(experiment=ended).values_list("run_id", flat=True)
+        tokens = (
+            RunUsage.objects.filter(run_id__in=list(run_ids), category="llm")
+            .exclude(model="")
+            .aggregate(total=Sum("input_tokens") + Sum("output_tokens"))["total"]
+        )
+    assert tokens, "the experiment's runs used tokens"
+    # The offline model has no factor of its own (the default 0.6 Wh per 1k); mistral-small 0.15.
+    energy = Decimal(tokens) * Decimal("0.6") / 1000 + Decimal("0.3")
+    client.force_login(tenant.viewer)
+    html = client.get(url("experiment", experiment_id=ended.pk)).content.decode()
+    assert f'id="experiment-{ended.pk}-carbon">≈ {energy:.2f} Wh' in html

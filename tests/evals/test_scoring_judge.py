@@ -135,3 +135,23 @@ def test_a_long_trajectory_is_cut_to_its_budget_fairly(tenant, fake_mistral):
     prompt = fake_mistral.requests[0]["body"]["messages"][-1]["content"]
     assert "long values were shortened" in prompt and len(prompt) < 5_000
     assert json.dumps(fake_mistral.requests[0]["body"]).count("x" * 2_000) == 0
+
+
+def test_each_judge_call_is_evaluation_spend_in_the_ledger_even_when_its_answer_is_bad(tenant, fake_mistral):
+    from billing.models import EvaluationUsage, UsageDaily
+
+    fake_mistral.serve(tenant.organization)
+    fake_mistral.reply(answer('{"score": 0.9, "reasoning": "fine"}'))
+    fake_mistral.reply(answer("no JSON at all"))
+    with organization_scope(tenant.organization):
+        good = evaluate(judge_spec(), refund_run(), organization=tenant.organization, project=tenant.project)
+        bad = evaluate(judge_spec(), refund_run(), organization=tenant.organization, project=tenant.project)
+        calls = list(EvaluationUsage.objects.order_by("id"))
+        ledger = list(UsageDaily.objects.filter(category="evaluation"))
+    assert good.value == 0.9 and bad.value is None
+    assert [(call.evaluator, call.model, call.input_tokens, call.output_tokens) for call in calls] == [
+        ("helpfulness", "mistral-small-latest", 900, 40)
+    ] * 2
+    assert all(call.cost == Decimal(good.details["cost"]) and call.run_id == 5 for call in calls)
+    assert len(ledger) == 1 and ledger[0].steps == 2 and ledger[0].cost == 2 * Decimal(good.details["cost"])
+    assert ledger[0].project_id == tenant.project.pk and ledger[0].model == "mistral-small-latest"

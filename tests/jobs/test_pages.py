@@ -725,3 +725,41 @@ def test_an_admin_sets_and_deletes_a_job_secret(signed_in, tenant, other_tenant)
         assert not JobSecret.objects.exists()
     with organization_scope(other_tenant.organization):
         assert JobSecret.objects.filter(name="WANDB_API_KEY").exists()  # another organization's stays
+
+
+def test_an_ended_job_shows_its_energy_and_co2e_beside_its_cost(signed_in, tenant, monkeypatch):
+    from datetime import UTC, datetime, timedelta
+
+    from billing.ledger import compute_usage_record
+    from tests.jobs.factories import make_job
+
+    hf = make_backend(tenant.organization, name="hf", kind="hf_jobs")
+    started = datetime(2026, 11, 2, 12, tzinfo=UTC)
+    job = make_job(
+        tenant.project, hf, status=Job.Status.SUCCEEDED, started_at=started, ended_at=started + timedelta(hours=2)
+    )
+    compute_usage_record(
+        organization_id=tenant.organization.pk,
+        project_id=tenant.project.pk,
+        job_id=job.pk,
+        started_at=job.started_at,
+        ended_at=job.ended_at,
+        hardware="a100",
+        backend="hf_jobs",
+        hourly=Decimal("4"),
+        price_id=None,
+    )
+    body = signed_in(tenant.viewer).get(f"/o/acme/p/agent/jobs/{job.pk}/").content.decode()
+    # 2 h x 400 W on the US-east grid (370 g/kWh).
+    assert re.search(rf'id="job-{job.pk}-carbon"[^>]*>≈ 800.0 Wh · 296.0 g CO2e<', body)
+    # And in the status block a live update sends when the job ends.
+    from agentops import live
+    from jobs.live import announce_job
+
+    sent = []
+    monkeypatch.setattr(live, "listening_topics", lambda *, project, topics: set(topics))
+    monkeypatch.setattr(live, "announce", lambda **kwargs: sent.append(kwargs))
+    with organization_scope(tenant.organization):
+        announce_job(job_id=job.pk)
+    status = next(message["html"] for message in sent if message["topic"] == f"job:{job.pk}")
+    assert re.search(rf'id="job-{job.pk}-carbon"[^>]*>≈ 800.0 Wh · 296.0 g CO2e<', status)

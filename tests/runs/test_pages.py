@@ -1202,3 +1202,40 @@ def test_live_updates_render_no_run_of_another_project(tenant, other_tenant):
             )
         )
     assert "own-run" in html and "foreign-run" not in html
+
+
+def test_the_run_page_shows_its_energy_and_co2e_beside_its_cost(signed_in, tenant):
+    from datetime import UTC, datetime
+
+    from tests.billing.factories import build_ledger, make_run, make_step
+
+    run = make_run(tenant.project, started_at=datetime(2026, 11, 2, 12, tzinfo=UTC))
+    make_step(run, model="mistral-large-2512", input_tokens=800, output_tokens=200, cost="0.01")
+    build_ledger(run)
+    body = signed_in(tenant.viewer).get(f"{BASE}/{run.pk}/").content.decode()
+    # 1k tokens x 6.0 Wh per 1k (Mistral Large) on the default grid (473 g/kWh).
+    assert "≈ 6.00 Wh · 2.84 g CO2e" in body and 'id="run-carbon"' in body
+
+
+def test_the_dashboard_splits_the_projects_spend_into_categories(signed_in, tenant, other_tenant):
+    from datetime import UTC, datetime
+
+    from tests.billing.factories import ledger_row
+
+    today = datetime.now(UTC).date()
+    ledger_row(tenant.project, day=today, model="mistral-large-2512", cost="1.00", steps=2, unit="token")
+    ledger_row(tenant.project, day=today, model="tts", cost="0.30", category="tool", unit="character", steps=3)
+    ledger_row(tenant.project, day=today, model="gpu:a100", cost="4", category="gpu", unit="hour", agent_name="gpu-job")
+    ledger_row(
+        tenant.project, day=today, model="mistral-small", cost="0.05", category="evaluation", agent_name="llm-judge"
+    )
+    ledger_row(other_tenant.project, day=today, model="tts", cost="9", category="tool", unit="character")
+    response = signed_in(tenant.viewer).get(f"{BASE}/dashboard/?range=7d")
+    assert {row["category"]: row["cost"] for row in response.context["categories"]} == {
+        "llm": Decimal("1.00"),
+        "tool": Decimal("0.30"),
+        "gpu": Decimal("4"),
+        "evaluation": Decimal("0.05"),
+    }
+    body = response.content.decode()
+    assert 'id="dashboard-categories"' in body and "per character" in body

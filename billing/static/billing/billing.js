@@ -1,5 +1,6 @@
-// The billing page's chart: spend per day, stacked by model, project or agent. The data
-// is JSON in #billing-data (names already escaped for Plotly's label HTML).
+// The billing page's charts: spend per day, stacked by model, project, agent or category,
+// and the energy (Wh) and CO2e (g) estimate per day. The data is JSON in #billing-data
+// (names already escaped for Plotly's label HTML).
 (function () {
   "use strict";
 
@@ -22,6 +23,28 @@
       font: { family: getComputedStyle(document.body).fontFamily, size: 12, color: COLORS.muted },
       xaxis: { type: "date", gridcolor: COLORS.grid },
       yaxis: { gridcolor: COLORS.grid, tickprefix: "$", rangemode: "tozero" },
+      showlegend: true,
+      legend: { orientation: "h", y: -0.15 },
+    }, { displayModeBar: false, responsive: true });
+    drawCarbon(data.carbon);
+  }
+
+  function drawCarbon(carbon) {
+    if (!carbon || !document.getElementById("chart-carbon")) return;
+    Plotly.newPlot("chart-carbon", [
+      { type: "bar", name: "Energy (Wh)", x: carbon.days, y: carbon.energy_wh,
+        hovertemplate: "%{y:.2f} Wh<extra></extra>" },
+      { type: "scatter", mode: "lines+markers", name: "CO2e (g)", x: carbon.days, y: carbon.co2e_g, yaxis: "y2",
+        hovertemplate: "%{y:.2f} g CO2e<extra></extra>" },
+    ], {
+      margin: { l: 56, r: 56, t: 8, b: 36 },
+      height: 260,
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      font: { family: getComputedStyle(document.body).fontFamily, size: 12, color: COLORS.muted },
+      xaxis: { type: "date", gridcolor: COLORS.grid },
+      yaxis: { gridcolor: COLORS.grid, ticksuffix: " Wh", rangemode: "tozero" },
+      yaxis2: { overlaying: "y", side: "right", ticksuffix: " g", rangemode: "tozero", showgrid: false },
       showlegend: true,
       legend: { orientation: "h", y: -0.15 },
     }, { displayModeBar: false, responsive: true });

@@ -99,7 +99,18 @@ def score_result(*, result_id: int) -> None:
         cost, tokens, latency, output = result.cost, result.tokens, result.latency_ms, result.output
     reported_scores = {name: value for name, value in (result.reported or {}).get("scores", {}).items()}
     outcomes = [
-        (spec, evaluate(spec, subject, organization=experiment.project.organization)) for spec in experiment.evaluators
+        (
+            spec,
+            evaluate(
+                spec,
+                subject,
+                organization=experiment.project.organization,
+                project=experiment.project,
+                source="experiment",
+                experiment_id=experiment.pk,
+            ),
+        )
+        for spec in experiment.evaluators
     ]
 
     with transaction.atomic():
