@@ -522,6 +522,8 @@ SPECTACULAR_SETTINGS = {
         "ComputeBackendKindEnum": "jobs.models.ComputeBackend.Kind",
         "ExportDestinationKindEnum": "evals.models.ExportDestination.Kind",
         "ExportStatusEnum": "evals.models.ExportJob.Status",
+        "AgentSessionStatusEnum": "runs.models.Session.Status",
+        "QueuedMessageStatusEnum": "runs.models.SessionMessage.Status",
     },
 }
 IDEMPOTENCY_KEY_TTL = timedelta(hours=24)

@@ -16,7 +16,7 @@ from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 
 from agentops.errors import NotFound
-from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
+from runs.models import Agent, MemorySnapshot, Message, Run, Step, ToolCall
 
 SORTABLE = {
     "started_at": ("started_at", "id"),
@@ -299,13 +299,12 @@ def agent_lookup(*, project, value):
     """The project's agent named ``value`` (a text) or with id ``value`` (a number);
     NotFound otherwise (another tenant's agent included)."""
     from agentops.api.lookup import by_name_or_id
-    from runs.models import Agent
 
     return by_name_or_id(Agent.objects.filter(project=project), value, "agent")
 
 
 def step_detail(*, run: Run, step_id: int) -> Step:
-    """One step of ``run``, or Http404 (a step of another run or tenant is not found)."""
+    """One step of ``run``, or NotFound (a step of another run or tenant is not found)."""
     step = Step.objects.filter(run=run, pk=step_id).first()
     if step is None:
         raise NotFound("step not found")

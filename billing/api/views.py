@@ -133,6 +133,7 @@ class BudgetListView(OrganizationEndpoint):
 
     permissions = {"GET": "billing:read", "POST": "budget:write"}
     queryset = Budget.objects.select_related("project", "api_key").order_by("id")
+    serializer_class = s.BudgetSerializer
 
     def get(self, request, org_slug):
         page = self.paginate_queryset(self.get_queryset())
@@ -154,6 +155,7 @@ class BudgetDetailView(OrganizationEndpoint):
     permissions = {"GET": "billing:read", "PATCH": "budget:write", "DELETE": "budget:write"}
     queryset = Budget.objects.select_related("project", "api_key")
     lookup_url_kwarg = "budget_id"
+    serializer_class = s.BudgetSerializer
 
     def get(self, request, org_slug, budget_id):
         return Response(s.BudgetSerializer(self.get_object()).data)
@@ -180,6 +182,7 @@ class AlertListView(OrganizationEndpoint):
 
     permissions = {"GET": "billing:read"}
     queryset = BudgetAlert.objects.order_by("-created_at", "-id")
+    serializer_class = s.AlertSerializer
 
     def get(self, request, org_slug):
         page = self.paginate_queryset(self.get_queryset())
@@ -192,6 +195,7 @@ class ProjectBudgetStatusView(ProjectEndpoint):
 
     permissions = {"GET": "billing:read"}
 
+    @extend_schema(responses={200: dict})
     def get(self, request, org_slug, project_slug):
         covering = (
             Q(scope=Budget.Scope.ORGANIZATION)

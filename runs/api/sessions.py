@@ -31,7 +31,7 @@ class QueuedMessageSerializer(serializers.ModelSerializer):
         fields = ["id", "content", "status", "run", "created_at"]
 
 
-class SessionSerializer(serializers.ModelSerializer):
+class AgentSessionSerializer(serializers.ModelSerializer):
     agent = serializers.CharField(source="agent.name")
     agent_id = serializers.IntegerField()
     version = serializers.IntegerField(source="agent_version.number")
@@ -56,13 +56,13 @@ class SessionSerializer(serializers.ModelSerializer):
         ]
 
 
-class SessionDetailSerializer(SessionSerializer):
+class AgentSessionDetailSerializer(AgentSessionSerializer):
     turns = serializers.SerializerMethodField()
     queued = serializers.SerializerMethodField()
     pending_approvals = serializers.SerializerMethodField()
 
-    class Meta(SessionSerializer.Meta):
-        fields = [*SessionSerializer.Meta.fields, "turns", "queued", "pending_approvals"]
+    class Meta(AgentSessionSerializer.Meta):
+        fields = [*AgentSessionSerializer.Meta.fields, "turns", "queued", "pending_approvals"]
 
     def get_turns(self, session) -> list[dict]:
         return TurnSerializer(Run.objects.filter(agent_session=session).order_by("turn"), many=True).data
@@ -115,23 +115,23 @@ class SessionEndpoint(ProjectEndpoint):
         return self.request.user if self.request.user.pk else self.request.auth
 
     def detail(self, session: Session, code=status.HTTP_200_OK) -> Response:
-        return Response(SessionDetailSerializer(self.session(session.pk)).data, status=code)
+        return Response(AgentSessionDetailSerializer(self.session(session.pk)).data, status=code)
 
 
-class SessionListView(SessionEndpoint):
+class AgentSessionListView(SessionEndpoint):
     """The project's interactive sessions, newest first; POST opens one."""
 
     permissions = {"GET": "work:read", "POST": "work:write"}
-    serializer_class = SessionSerializer
+    serializer_class = AgentSessionSerializer
 
     def get(self, request, org_slug, project_slug):
         sessions = (
             self.get_queryset().select_related("agent", "agent_version", "started_by").order_by("-updated_at", "-id")
         )
         page = self.paginate_queryset(sessions)
-        return self.get_paginated_response(SessionSerializer(page, many=True).data)
+        return self.get_paginated_response(AgentSessionSerializer(page, many=True).data)
 
-    @extend_schema(request=SessionCreateSerializer, responses={201: SessionDetailSerializer})
+    @extend_schema(request=SessionCreateSerializer, responses={201: AgentSessionDetailSerializer})
     @idempotent
     def post(self, request, org_slug, project_slug):
         data = SessionCreateSerializer(data=request.data)
@@ -151,12 +151,12 @@ class SessionListView(SessionEndpoint):
         return self.detail(session, status.HTTP_201_CREATED)
 
 
-class SessionDetailView(SessionEndpoint):
+class AgentSessionDetailView(SessionEndpoint):
     """One session: its turns, queued messages and pending approvals; DELETE deletes it
     (its turns stay as runs)."""
 
     permissions = {"GET": "work:read", "DELETE": "work:write"}
-    serializer_class = SessionDetailSerializer
+    serializer_class = AgentSessionDetailSerializer
 
     def get(self, request, org_slug, project_slug, session_id):
         return self.detail(self.session(session_id))
@@ -207,8 +207,9 @@ class SessionApproveAllView(SessionEndpoint):
     """PUT sets the tools the session approves without asking; DELETE revokes them all."""
 
     permissions = {"PUT": "work:write", "DELETE": "work:write"}
+    serializer_class = AgentSessionDetailSerializer
 
-    @extend_schema(request=ApproveAllSerializer, responses={200: SessionDetailSerializer})
+    @extend_schema(request=ApproveAllSerializer, responses={200: AgentSessionDetailSerializer})
     def put(self, request, org_slug, project_slug, session_id):
         data = ApproveAllSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -217,6 +218,7 @@ class SessionApproveAllView(SessionEndpoint):
         )
         return self.detail(session)
 
+    @extend_schema(request=None, responses={200: AgentSessionDetailSerializer})
     def delete(self, request, org_slug, project_slug, session_id):
         session = services.session_approve_all(
             session=self.session(session_id), actor=self.actor, tools=[], ip=self.client_ip
@@ -227,7 +229,7 @@ class SessionApproveAllView(SessionEndpoint):
 class SessionInterruptView(SessionEndpoint):
     """Stop the running turn, keeping what it stored."""
 
-    @extend_schema(request=None, responses={202: SessionDetailSerializer})
+    @extend_schema(request=None, responses={202: AgentSessionDetailSerializer})
     def post(self, request, org_slug, project_slug, session_id):
         refuse_unknown_fields(request.data, [])
         session = self.session(session_id)
@@ -238,7 +240,7 @@ class SessionInterruptView(SessionEndpoint):
 class SessionUndoView(SessionEndpoint):
     """The last turn leaves the conversation (its run is kept, marked undone)."""
 
-    @extend_schema(request=None, responses={200: SessionDetailSerializer})
+    @extend_schema(request=None, responses={200: AgentSessionDetailSerializer})
     def post(self, request, org_slug, project_slug, session_id):
         refuse_unknown_fields(request.data, [])
         session = self.session(session_id)
@@ -249,7 +251,7 @@ class SessionUndoView(SessionEndpoint):
 class SessionCompactView(SessionEndpoint):
     """Compact now: the next turn compacts the conversation first."""
 
-    @extend_schema(request=None, responses={202: SessionDetailSerializer})
+    @extend_schema(request=None, responses={202: AgentSessionDetailSerializer})
     def post(self, request, org_slug, project_slug, session_id):
         refuse_unknown_fields(request.data, [])
         session = services.session_compact(session=self.session(session_id), actor=self.actor)
@@ -259,7 +261,7 @@ class SessionCompactView(SessionEndpoint):
 class SessionCloseView(SessionEndpoint):
     """Close the session: no more messages; the running turn is interrupted."""
 
-    @extend_schema(request=None, responses={200: SessionDetailSerializer})
+    @extend_schema(request=None, responses={200: AgentSessionDetailSerializer})
     def post(self, request, org_slug, project_slug, session_id):
         refuse_unknown_fields(request.data, [])
         session = services.session_close(session=self.session(session_id), actor=self.actor, ip=self.client_ip)

@@ -35,8 +35,8 @@ urlpatterns = [
     path(f"{project}/sessions/", views.SessionListView.as_view(), name="api-session-list"),
     # Session ids are the client's: `path` so one with a slash (sent as %2F) still matches.
     path(f"{project}/sessions/<path:session_id>/", views.SessionDetailView.as_view(), name="api-session-detail"),
-    path(f"{project}/agent-sessions/", sessions.SessionListView.as_view(), name="api-agent-session-list"),
-    path(f"{session}/", sessions.SessionDetailView.as_view(), name="api-agent-session-detail"),
+    path(f"{project}/agent-sessions/", sessions.AgentSessionListView.as_view(), name="api-agent-session-list"),
+    path(f"{session}/", sessions.AgentSessionDetailView.as_view(), name="api-agent-session-detail"),
     path(f"{session}/messages/", sessions.SessionMessageView.as_view(), name="api-agent-session-messages"),
     path(f"{session}/approvals/", sessions.SessionApprovalView.as_view(), name="api-agent-session-approvals"),
     path(f"{session}/approve-all/", sessions.SessionApproveAllView.as_view(), name="api-agent-session-approve-all"),

@@ -31,7 +31,8 @@ from runs.models import Agent, AgentVersion, Approval, Run, Session, SessionMess
 from runs.services.approvals import approval_decide
 from runs.services.events import event_append
 
-ACTIVE = (Run.Status.QUEUED, Run.Status.RUNNING, Run.Status.WAITING)
+# A turn still going: every status that is not an end.
+ACTIVE = tuple(status for status in Run.Status.values if status not in Run.ENDED)
 
 
 def session_create(

@@ -74,7 +74,8 @@ async def test_anonymous_and_unknown_project_are_refused(tenant):
 
 
 def test_asgi_application_routes_websockets_through_auth_and_origin_checks():
-    assert set(application.application_mapping) == {"http", "websocket"}
+    # "lifespan" starts the apps' ASGI services (the MCP server's session manager: agentops/asgi.py).
+    assert set(application.application_mapping) == {"http", "websocket", "lifespan"}
 
 
 async def _session_cookie(user) -> bytes:

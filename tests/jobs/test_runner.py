@@ -278,6 +278,7 @@ def test_the_runner_is_one_standard_library_file(platform, tmp_path, how):
 def test_a_local_job_runs_the_runner_and_its_progress_is_the_job_log(platform, tmp_path):
     from jobs.backends.base import JobSpec
     from jobs.backends.local import LocalBackend
+    from jobs.services.polling import RUNNER_SOURCE
 
     backend = LocalBackend(config={"work_dir": str(tmp_path / "jobs")}, credentials={})
     external_id = backend.submit(
@@ -285,9 +286,10 @@ def test_a_local_job_runs_the_runner_and_its_progress_is_the_job_log(platform, t
             job_id=JOB_ID,
             name="evaluation",
             image="",
-            # The job's working directory is its own folder: the runner is given by path, to
-            # the host's python3 (the job's user may not reach this Python).
-            command=["python3", str(PROJECT_ROOT / "jobs" / "runner.py")],
+            # As the platform starts it (jobs/services/polling.py): its source, to the host's
+            # python3 (the job's user may not reach this Python). Not by path: the script's
+            # folder first on sys.path would let jobs/selectors.py hide the standard library's.
+            command=["python3", "-c", RUNNER_SOURCE],
             env={
                 "AGENTOPS_URL": platform.url,
                 "AGENTOPS_JOB_ID": str(JOB_ID),
