@@ -2,13 +2,18 @@
 empty every table, migration data too, so the suite's fixture seeds it again before
 each test that uses the database (tests/conftest.py).
 
-The rows themselves are the seed migrations' literals (0002, 0003, 0006): this module
+The rows themselves are the seed migrations' literals (0002, 0003, 0006, 0010): this module
 runs those migrations' own ``create_rows`` with the live ``Price``, so the suite finds
 exactly what a fresh install has. Migrations never import this module."""
 
 from importlib import import_module
 
-_SEED_MIGRATIONS = ("0002_seed_mistral_prices", "0003_seed_offline_price", "0006_seed_catalog")
+_SEED_MIGRATIONS = (
+    "0002_seed_mistral_prices",
+    "0003_seed_offline_price",
+    "0006_seed_catalog",
+    "0010_seed_price_parts_and_tiers",
+)
 
 
 def _migration(name: str):

@@ -65,7 +65,14 @@ class Run(TenantModel):
     input_tokens = models.BigIntegerField(default=0)
     cached_input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
+    # Parts of the counts above (cache writes of the input, reasoning of the output).
+    cache_write_input_tokens = models.BigIntegerField(default=0)
+    reasoning_output_tokens = models.BigIntegerField(default=0)
     total_cost = models.DecimalField(default=0, **MONEY)
+    # The sum of the costs the client reported (None: no step reported one), and the
+    # platform's computed cost of those same steps, to compare like with like.
+    reported_cost = models.DecimalField(null=True, blank=True, **MONEY)
+    reported_steps_computed_cost = models.DecimalField(null=True, blank=True, **MONEY)
     unpriced_step_count = models.PositiveIntegerField(default=0)
     models_used = ArrayField(models.CharField(max_length=200), default=list, blank=True)
     latency_ms = models.BigIntegerField(null=True, blank=True)
@@ -149,7 +156,17 @@ class Step(TenantModel):
     input_tokens = models.BigIntegerField(default=0)
     cached_input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
+    # Parts of the counts above: cache writes are input tokens, reasoning tokens are
+    # output tokens (as OpenTelemetry reports them); each token is priced once.
+    cache_write_input_tokens = models.BigIntegerField(default=0)
+    reasoning_output_tokens = models.BigIntegerField(default=0)
+    # Per-modality counts as sent: {"input": {"image": 1200}, "output": {"audio": 40}}.
+    modality_tokens = models.JSONField(default=dict, blank=True)
     cost = models.DecimalField(null=True, blank=True, **MONEY)
+    # The cost the client reported (``gen_ai.usage.cost``), beside the computed one.
+    reported_cost = models.DecimalField(null=True, blank=True, **MONEY)
+    reported_cost_currency = models.CharField(max_length=3, blank=True)
+    reported_cost_source = models.CharField(max_length=16, blank=True, help_text="provider or local, as sent.")
     unpriced = models.BooleanField(default=False, help_text="A model call whose model has no price.")
     price = models.ForeignKey("billing.Price", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     input = PayloadJSONField(null=True, blank=True)
