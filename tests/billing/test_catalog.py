@@ -1,6 +1,7 @@
 """The price catalog: matching and priority, versions, organization overrides, drafts,
 unpriced models, tool units, GPU hours, the seed and the audited admin."""
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -279,7 +280,10 @@ def _form(price: Price, **changes) -> dict:
         "organization": price.organization_id or "",
         "input_per_million": price.input_per_million or "",
         "cached_input_per_million": price.cached_input_per_million or "",
+        "cache_write_per_million": price.cache_write_per_million or "",
         "output_per_million": price.output_per_million or "",
+        "reasoning_output_per_million": price.reasoning_output_per_million or "",
+        "tiers": json.dumps(price.tiers),
         "unit": price.unit,
         "unit_price": price.unit_price or "",
         "hourly": price.hourly or "",
@@ -362,10 +366,10 @@ def test_a_new_version_may_be_given_a_future_effective_time(staff, client):
 
 
 def test_saving_without_changes_adds_no_version(staff, client):
-    old = Price.objects.get(pattern="gpt-4o", match="exact")
+    old = Price.objects.get(pattern="gpt-4.1-mini")
     client.force_login(staff)
     assert client.post(f"/admin/billing/price/{old.pk}/change/", _form(old)).status_code == 302
-    assert Price.objects.filter(pattern="gpt-4o").count() == 1
+    assert Price.objects.filter(pattern="gpt-4.1-mini").count() == 1
 
 
 def test_a_draft_is_edited_in_place_and_audited(staff, tenant, client):
