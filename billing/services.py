@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
@@ -293,6 +294,16 @@ def tokens_cost(*, price, **tokens) -> Decimal:
     """The cost of a model call at ``price`` (a ``PublishedPrice`` or a catalog row, a draft
     too: recompute previews use it): the sum of its ``cost_parts`` (same arguments)."""
     return sum((part.amount for part in cost_parts(price=price, **tokens)), Decimal(0)).quantize(NANO)
+
+
+def costs_differ(computed: Decimal | None, reported: Decimal | None) -> bool:
+    """Whether a reported cost and the computed cost of the same calls are further apart
+    than ``BILLING_COST_TOLERANCE`` (a fraction of the larger of the two)."""
+    if computed is None or reported is None:
+        return False
+    larger = max(abs(computed), abs(reported))
+    tolerance = Decimal(str(settings.BILLING_COST_TOLERANCE))
+    return larger > 0 and abs(computed - reported) > tolerance * larger
 
 
 def step_cost(

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from agentops.crypto import EncryptedTextField
 from agentops.scoping import TenantModel
+from billing.services import costs_differ
 from runs.fields import PayloadJSONField
 
 MONEY = {"max_digits": 18, "decimal_places": 9}
@@ -117,6 +118,12 @@ class Run(TenantModel):
         return self.name or self.trace_id
 
     @property
+    def reported_cost_differs(self) -> bool:
+        """The costs clients reported differ from the computed cost of those steps by
+        more than the tolerance (``BILLING_COST_TOLERANCE``)."""
+        return costs_differ(self.reported_steps_computed_cost, self.reported_cost)
+
+    @property
     def ended(self) -> bool:
         return self.status in self.ENDED
 
@@ -184,6 +191,11 @@ class Step(TenantModel):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"
+
+    @property
+    def reported_cost_differs(self) -> bool:
+        """The reported cost differs from the computed one by more than the tolerance."""
+        return costs_differ(self.cost, self.reported_cost)
 
 
 class Message(TenantModel):
