@@ -4,7 +4,9 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+    # The ledger's usage query (runs/usage.py) reads billing's BillingSettings.
     dependencies = [
+        ("billing", "0009_price_parts_tiers_and_billing_settings"),
         ("runs", "0012_ingestsettings_wandb_logging"),
     ]
 

@@ -184,9 +184,13 @@ def reported_cost(attributes: dict) -> dict[str, Any]:
     InvalidItem for an amount that is not one or a currency the platform cannot compare."""
     cost = parse_json_text(attributes.get(COST_KEY))
     parts = cost if isinstance(cost, dict) else {"amount": cost}
-    amount = first_value({"a": attributes.get(f"{COST_KEY}.amount"), "b": parts.get("amount")}, ("a", "b"))
-    currency = first_value({"a": attributes.get(f"{COST_KEY}.currency"), "b": parts.get("currency")}, ("a", "b"))
-    source = first_value({"a": attributes.get(f"{COST_KEY}.source"), "b": parts.get("source")}, ("a", "b"))
+
+    def part(name: str) -> Any:
+        # The dotted attribute first (the released name), then the object's key.
+        value = attributes.get(f"{COST_KEY}.{name}")
+        return parts.get(name) if value in (None, "") else value
+
+    amount, currency, source = part("amount"), part("currency"), part("source")
     try:
         value, currency, source = clean_reported_cost(amount, currency, source)
     except ValueError as error:
