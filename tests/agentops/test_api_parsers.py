@@ -33,11 +33,23 @@ def test_a_body_nested_10000_levels_deep_is_a_400_naming_the_depth(world, operat
     assert "nested deeper than" in message_of(response)
 
 
-@pytest.mark.parametrize("operation", [operation for operation in write_operations() if operation.json_body], ids=str)
-@pytest.mark.parametrize("body", ['"text"', "12", "null", "[[1]]", "true", '{"": 1}'])
+# An OTLP/JSON receiver must ignore unknown fields: '{"": 1}' is an empty export there, not
+# a wrong shape, so that pair is not generated.
+SHAPES = ['"text"', "12", "null", "[[1]]", "true", '{"": 1}']
+
+
+@pytest.mark.parametrize(
+    ("operation", "body"),
+    [
+        (operation, body)
+        for operation in write_operations()
+        if operation.json_body
+        for body in SHAPES
+        if not (operation.path.startswith(OTLP_PREFIX) and body.startswith("{"))
+    ],
+    ids=str,
+)
 def test_a_body_of_any_other_shape_is_a_4xx_json_error(world, operation, body):
-    if operation.path.startswith(OTLP_PREFIX) and body.startswith("{"):
-        pytest.skip("an OTLP/JSON receiver must ignore unknown fields: this is an empty export")
     response = world.send(operation, body)
     assert 400 <= response.status_code < 500, (response.status_code, response.content[:300])
     assert message_of(response)
