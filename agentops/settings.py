@@ -118,6 +118,15 @@ RUN_MAX_ATTEMPTS = env_int("RUN_MAX_ATTEMPTS", 3)
 if RUN_MAX_ATTEMPTS < 1:
     raise ImproperlyConfigured(f"RUN_MAX_ATTEMPTS must be at least 1, not {RUN_MAX_ATTEMPTS}")
 
+# Costs clients report (gen_ai.usage.cost): the currencies accepted (the catalog's: no
+# conversion is made, so a cost in another currency could not be compared; refused), and
+# the difference from the platform's computed cost flagged on pages and the console, as
+# a fraction of the larger of the two (0.05: more than 5 % apart).
+BILLING_REPORTED_COST_CURRENCIES = [code.upper() for code in env_list("BILLING_REPORTED_COST_CURRENCIES", "USD")]
+BILLING_COST_TOLERANCE = env_float("BILLING_COST_TOLERANCE", 0.05)
+if BILLING_COST_TOLERANCE < 0:
+    raise ImproperlyConfigured(f"BILLING_COST_TOLERANCE must be 0 or more, not {BILLING_COST_TOLERANCE}")
+
 # Whether a page of a project is open is asked for every stored batch (to skip rendering
 # updates nobody sees); the answer is kept this long. A page opened meanwhile misses at
 # most this much, and it re-reads what it shows when its socket opens.

@@ -23,7 +23,10 @@ class PriceForm(forms.ModelForm):
             "organization",
             "input_per_million",
             "cached_input_per_million",
+            "cache_write_per_million",
             "output_per_million",
+            "reasoning_output_per_million",
+            "tiers",
             "unit",
             "unit_price",
             "hourly",
@@ -35,6 +38,9 @@ class PriceForm(forms.ModelForm):
         help_texts = {
             "effective_from": "Editing a published price adds a version: from now, unless you change this date.",
         }
+
+    def clean_tiers(self):
+        return self.cleaned_data.get("tiers") or []
 
     def clean(self):
         data = super().clean()
@@ -68,7 +74,9 @@ class PriceAdmin(admin.ModelAdmin):
         "status",
         "input_per_million",
         "cached_input_per_million",
+        "cache_write_per_million",
         "output_per_million",
+        "reasoning_output_per_million",
         "unit",
         "unit_price",
         "hourly",

@@ -25,7 +25,7 @@ from agentops.models import ApiKey, Organization, Project
 from agentops.netguard import UnsafeUrlError, check_outbound_url
 from agentops.scoping import organization_scope
 from agentops.services.audit import audit_record
-from billing.models import Budget, UsageDaily
+from billing.models import BillingSettings, Budget, UsageDaily
 from billing.tasks import evaluate_budget_alerts
 
 DEFAULT_THRESHOLDS = (50, 80, 100)
@@ -240,6 +240,34 @@ def budget_delete(*, budget: Budget, actor, ip: str | None = None) -> None:
     )
     with organization_scope(organization):
         Budget.objects.filter(pk=budget.pk).delete()
+
+
+def budget_cost_of(organization: Organization) -> str:
+    """Which cost the organization's ledger and budgets count (``BillingSettings.BudgetCost``)."""
+    settings_row = BillingSettings.objects.filter(organization=organization).first()
+    return settings_row.budget_cost if settings_row else BillingSettings.BudgetCost.COMPUTED
+
+
+def budget_cost_set(*, organization: Organization, budget_cost: str, actor, ip: str | None = None) -> None:
+    """Choose which cost the ledger counts: the platform's computed cost, or the one
+    clients report (the computed one where a step reported none). The ledger applies it
+    to the usage it records from now on (a ledger rebuild applies it to the past)."""
+    if budget_cost not in BillingSettings.BudgetCost.values:
+        raise InvalidRequest(f"budget_cost must be one of {', '.join(BillingSettings.BudgetCost.values)}.")
+    with transaction.atomic():
+        row, _ = BillingSettings.objects.select_for_update().get_or_create(organization=organization)
+        if row.budget_cost == budget_cost:
+            return
+        before, row.budget_cost, row.updated_at = row.budget_cost, budget_cost, timezone.now()
+        row.save(update_fields=["budget_cost", "updated_at"])
+        audit_record(
+            organization=organization,
+            actor=actor,
+            action="billing.budget_cost",
+            target=row,
+            data={"budget_cost": [before, budget_cost]},
+            ip=ip,
+        )
 
 
 def utc_today() -> date:

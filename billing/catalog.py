@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
+from agentops.errors import InvalidRequest
 from agentops.services.audit import audit_record
 from billing.models import Price
-from billing.services import prices_changed
+from billing.services import check_tiers, prices_changed
 
 # Fields that are bookkeeping, not the price: never compared nor copied by hand.
 _BOOKKEEPING = {"id", "created_by", "created_at"}
@@ -35,6 +37,14 @@ def _audit(*, price: Price, actor, action: str, data: dict, ip: str | None) -> N
     audit_record(organization=price.organization, actor=actor, action=action, target=price, data=data, ip=ip)
 
 
+def _check(price: Price) -> None:
+    """Refuse a price whose tiers cannot price a call (the admin's form says so first)."""
+    try:
+        check_tiers(price.tiers)
+    except ValidationError as error:
+        raise InvalidRequest(" ".join(error.messages)) from None
+
+
 def _refresh_prices() -> None:
     # Now for this process, and again once committed: another request of this process
     # could reload the catalog before the transaction commits.
@@ -44,6 +54,7 @@ def _refresh_prices() -> None:
 
 def price_create(*, price: Price, actor, ip: str | None = None) -> Price:
     """Add a price (a new name, a new version or a draft)."""
+    _check(price)
     with transaction.atomic():
         price.pk = None
         price._state.adding = True
@@ -60,6 +71,7 @@ def price_update(*, price: Price, actor, ip: str | None = None) -> Price:
     happens if no value differs). A published price becomes a new version, effective
     from the ``effective_from`` given if it was changed, else from now, and the stored
     one stays as it was; a draft is edited in place (nothing was priced with it)."""
+    _check(price)
     with transaction.atomic():
         stored = Price.objects.select_for_update().get(pk=price.pk)
         before, after = _values(stored), _values(price)

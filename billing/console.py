@@ -44,7 +44,17 @@ LEVEL_COLUMNS = {
     "model": ["organization__slug", "project__slug", "model"],
     "day": ["organization__slug", "project__slug", "model", "day"],
 }
-MEASURE_COLUMNS = ["cost", "input_tokens", "cached_input_tokens", "output_tokens", "steps", "unpriced_steps"]
+MEASURE_COLUMNS = [
+    "cost",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "steps",
+    "unpriced_steps",
+    "reported_cost",
+    "reported_computed_cost",
+    "cost_differs",
+]
 
 
 @admin.register(UsageDaily)
@@ -228,7 +238,9 @@ class UsageConsoleAdmin(admin.ModelAdmin):
             raise Http404("No such run.")
         if request.GET.get("format") == "csv":
             columns = ["id", "kind", "name", "model", "started_at", "input_tokens", "cached_input_tokens"]
-            columns += ["output_tokens", "cost", "unpriced", "price_id"]
+            columns += ["cache_write_input_tokens", "output_tokens", "reasoning_output_tokens", "cost", "unpriced"]
+            columns += ["price_id", "reported_cost", "reported_cost_currency", "reported_cost_source"]
+            columns += ["reported_cost_differs"]
             return csv_response(
                 f"run-{run.pk}-steps.csv", columns, ([getattr(step, column) for column in columns] for step in steps)
             )

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from agentops.models import ApiKey, Organization, Project
 from billing import spend
-from billing.models import Budget, Price
+from billing.models import BillingSettings, Budget, Price
 from billing.reconcile import MAX_BYTES
 
 
@@ -24,6 +24,10 @@ class PeriodForm(forms.Form):
 
     def value(self, name: str, default: str) -> str:
         return (self.cleaned_data.get(name) if self.is_valid() else None) or default
+
+
+class BudgetCostForm(forms.Form):
+    budget_cost = forms.ChoiceField(choices=BillingSettings.BudgetCost.choices, label="Budgets count")
 
 
 def _split(text: str) -> list[str]:
@@ -166,6 +170,16 @@ class RecomputeForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["price"].label_from_instance = lambda price: (
             f"{price} — {price.get_status_display()} — in {price.input_per_million} / out {price.output_per_million}"
+            + "".join(
+                f" / {label} {getattr(price, name)}"
+                for name, label in (
+                    ("cached_input_per_million", "cache read"),
+                    ("cache_write_per_million", "cache write"),
+                    ("reasoning_output_per_million", "reasoning"),
+                )
+                if getattr(price, name) is not None
+            )
+            + (f" / {len(price.tiers)} tier(s)" if price.tiers else "")
         )
 
     def clean(self):

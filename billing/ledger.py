@@ -67,7 +67,19 @@ DIMENSIONS = (
     "category",
     "unit",
 )
-MEASURES = ("input_tokens", "cached_input_tokens", "output_tokens", "cost", "steps", "unpriced_steps")
+# ``cost`` is what budgets count (the organization's ``BillingSettings.budget_cost``);
+# ``reported_cost`` sums the costs clients reported and ``reported_computed_cost`` the
+# computed cost of those same steps, so pages show both.
+MEASURES = (
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "cost",
+    "steps",
+    "unpriced_steps",
+    "reported_cost",
+    "reported_computed_cost",
+)
 _DIMENSIONS = ", ".join(DIMENSIONS)
 _MEASURES = ", ".join(MEASURES)
 
@@ -230,7 +242,8 @@ _COMPUTE_CONTRIBUTION = f"""
            '{COMPUTE_MODEL_PREFIX}' || hardware AS model, api_key_id, '' AS end_user_id,
            'gpu' AS category, 'hour' AS unit,
            0 AS input_tokens, 0 AS cached_input_tokens, 0 AS output_tokens, cost,
-           1 AS steps, CASE WHEN hourly IS NULL THEN 1 ELSE 0 END AS unpriced_steps
+           1 AS steps, CASE WHEN hourly IS NULL THEN 1 ELSE 0 END AS unpriced_steps,
+           0 AS reported_cost, 0 AS reported_computed_cost
     FROM billing_computeusage
 """  # noqa: S608 - constants
 
@@ -358,7 +371,9 @@ def compute_usage_record(
         )
         for (row_project, day, model, row_api_key), (cost, steps, unpriced_steps) in changes:
             cursor.execute(
-                _UPSERT_DAILY.format(source="VALUES (%s, %s, %s, %s, %s, %s, %s, 'gpu', 'hour', 0, 0, 0, %s, %s, %s)"),
+                _UPSERT_DAILY.format(
+                    source="VALUES (%s, %s, %s, %s, %s, %s, %s, 'gpu', 'hour', 0, 0, 0, %s, %s, %s, 0, 0)"
+                ),
                 [organization_id, row_project, day, COMPUTE_AGENT, model, row_api_key, "", cost, steps, unpriced_steps],
             )
     if changes:
@@ -377,7 +392,8 @@ _EVALUATION_CONTRIBUTION = f"""
     SELECT organization_id, project_id, day, '{EVALUATION_AGENT}' AS agent_name, model,
            NULL::bigint AS api_key_id, '' AS end_user_id, 'evaluation' AS category, 'token' AS unit,
            input_tokens, cached_input_tokens, output_tokens, cost,
-           1 AS steps, CASE WHEN unpriced THEN 1 ELSE 0 END AS unpriced_steps
+           1 AS steps, CASE WHEN unpriced THEN 1 ELSE 0 END AS unpriced_steps,
+           0 AS reported_cost, 0 AS reported_computed_cost
     FROM billing_evaluationusage
 """  # noqa: S608 - constants
 
@@ -432,7 +448,8 @@ def evaluation_usage_record(
         )
         cursor.execute(
             _UPSERT_DAILY.format(
-                source="VALUES (%s, %s, %s, %s, %s, NULL::bigint, '', 'evaluation', 'token', %s, %s, %s, %s, 1, %s)"
+                source="VALUES (%s, %s, %s, %s, %s, NULL::bigint, '', 'evaluation', 'token', "
+                "%s, %s, %s, %s, 1, %s, 0, 0)"
             ),
             [organization_id, project_id, day, EVALUATION_AGENT, model, *counts, amount, int(cost is None)],
         )

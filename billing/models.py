@@ -95,9 +95,22 @@ class Price(models.Model):
         help_text="Set: this organization's negotiated price, which wins over the public ones.",
     )
     # LLM tokens, in the currency per million tokens.
+    # Each part of a call at its own rate: cached input (cache reads), cache writes and
+    # reasoning output default to the input and output rates when empty.
     input_per_million = models.DecimalField(null=True, blank=True, **RATE)
     cached_input_per_million = models.DecimalField(null=True, blank=True, **RATE)
+    cache_write_per_million = models.DecimalField(null=True, blank=True, **RATE)
     output_per_million = models.DecimalField(null=True, blank=True, **RATE)
+    reasoning_output_per_million = models.DecimalField(null=True, blank=True, **RATE)
+    tiers = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            'Long-context tiers: [{"above_input_tokens": 200000, "input_per_million": "6", ...}]. A call with '
+            "more input tokens than a tier's threshold is priced wholly at that tier's rates (the highest "
+            "threshold it exceeds); a rate a tier leaves out is the base one."
+        ),
+    )
     # Tool units.
     unit = models.CharField(max_length=16, choices=Unit.choices, blank=True)
     unit_price = models.DecimalField(null=True, blank=True, **RATE)
@@ -126,6 +139,36 @@ class Price(models.Model):
         owner = f" for {self.organization}" if self.organization_id else ""
         return f"{self.get_kind_display()}: {self.pattern} ({self.match}){owner} from {self.effective_from:%Y-%m-%d}"
 
+    def clean(self) -> None:
+        from billing.services import check_tiers
+
+        check_tiers(self.tiers)
+
+
+class BillingSettings(TenantModel):
+    """An organization's billing choices (one row, created when first changed)."""
+
+    class BudgetCost(models.TextChoices):
+        COMPUTED = "computed", "Computed by the platform from the price catalog"
+        REPORTED = "reported", "Reported by the client (computed where none was reported)"
+
+    organization = models.OneToOneField(
+        "agentops.Organization", on_delete=models.CASCADE, related_name="billing_settings"
+    )
+    budget_cost = models.CharField(
+        max_length=8,
+        choices=BudgetCost.choices,
+        default=BudgetCost.COMPUTED,
+        help_text="Which cost the ledger, and so budgets and alerts, count.",
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "billing settings"
+
+    def __str__(self) -> str:
+        return f"billing settings of {self.organization}"
+
 
 class RunUsage(TenantModel):
     """One run's contribution to the ledger, per day and model: recomputed from the run's
@@ -147,6 +190,8 @@ class RunUsage(TenantModel):
     unpriced_steps = models.IntegerField(default=0)
     category = _category_field()
     unit = _unit_field()
+    reported_cost = models.DecimalField(default=0, **MONEY)
+    reported_computed_cost = models.DecimalField(default=0, **MONEY)
 
     class Meta:
         constraints = [
@@ -199,6 +244,8 @@ class UsageDaily(TenantModel):
     unpriced_steps = models.BigIntegerField(default=0)
     category = _category_field()
     unit = _unit_field()
+    reported_cost = models.DecimalField(default=0, **MONEY)
+    reported_computed_cost = models.DecimalField(default=0, **MONEY)
 
     class Meta:
         constraints = [

@@ -2,13 +2,19 @@
 data: transactional tests empty every table, migration data too, so the suite's fixture
 seeds them again before each test that uses the database (tests/conftest.py).
 
-The rows themselves are the seed migrations' literals (0002, 0003, 0006; the factors:
-0009): this module runs those migrations' own ``create_rows`` (``create_factor_rows``)
-with the live model, so the suite finds exactly what a fresh install has. Migrations never import this module."""
+The rows themselves are the seed migrations' literals (0002, 0003, 0006, 0011; the
+factors: 0009): this module runs those migrations' own ``create_rows``
+(``create_factor_rows``) with the live model, so the suite finds exactly what a fresh
+install has. Migrations never import this module."""
 
 from importlib import import_module
 
-_SEED_MIGRATIONS = ("0002_seed_mistral_prices", "0003_seed_offline_price", "0006_seed_catalog")
+_SEED_MIGRATIONS = (
+    "0002_seed_mistral_prices",
+    "0003_seed_offline_price",
+    "0006_seed_catalog",
+    "0011_seed_price_parts_and_tiers",
+)
 
 
 def _migration(name: str):

@@ -9,8 +9,10 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from billing import models as catalog
@@ -41,6 +43,9 @@ class PublishedPrice:
     cached_input_per_million: Decimal | None
     output_per_million: Decimal | None
     effective_from: datetime
+    cache_write_per_million: Decimal | None = None
+    reasoning_output_per_million: Decimal | None = None
+    tiers: tuple = ()
     kind: str = LLM
     provider: str = ""
     organization_id: int | None = None
@@ -65,6 +70,9 @@ def _version(row: catalog.Price) -> PublishedPrice:
         input_per_million=row.input_per_million,
         cached_input_per_million=row.cached_input_per_million,
         output_per_million=row.output_per_million,
+        cache_write_per_million=row.cache_write_per_million,
+        reasoning_output_per_million=row.reasoning_output_per_million,
+        tiers=tuple(row.tiers or ()),
         effective_from=row.effective_from,
         kind=row.kind,
         provider=row.provider,
@@ -185,19 +193,117 @@ def price_for(*, model: str, at: datetime | None = None, organization_id: int | 
     return _lookup(kind=LLM, name=model, at=at, organization_id=organization_id)
 
 
-def tokens_cost(*, price, input_tokens: int, cached_input_tokens: int, output_tokens: int) -> Decimal:
+# The rates of a price's parts, in the order a call's cost is explained.
+RATE_FIELDS = (
+    "input_per_million",
+    "cached_input_per_million",
+    "cache_write_per_million",
+    "output_per_million",
+    "reasoning_output_per_million",
+)
+TIER_THRESHOLD = "above_input_tokens"
+
+
+def check_tiers(tiers) -> None:
+    """Refuse tiers that cannot price a call: a list of objects, each with a whole
+    ``above_input_tokens`` from 0 and rates (those of ``RATE_FIELDS``) from 0."""
+    if tiers in (None, ""):
+        return
+    if not isinstance(tiers, list):
+        raise ValidationError({"tiers": "Tiers must be a list of objects."})
+    seen = set()
+    for index, tier in enumerate(tiers):
+        where = f"tier {index + 1}"
+        if not isinstance(tier, dict):
+            raise ValidationError({"tiers": f"{where} must be an object."})
+        unknown = set(tier) - {TIER_THRESHOLD, *RATE_FIELDS}
+        if unknown:
+            raise ValidationError({"tiers": f"{where}: unknown key(s) {', '.join(sorted(unknown))}."})
+        threshold = tier.get(TIER_THRESHOLD)
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
+            raise ValidationError({"tiers": f"{where}: {TIER_THRESHOLD} must be a whole number from 0."})
+        if threshold in seen:
+            raise ValidationError({"tiers": f"{where}: two tiers start above {threshold} input tokens."})
+        seen.add(threshold)
+        for name in RATE_FIELDS:
+            if name in tier and tier[name] is not None:
+                try:
+                    rate = Decimal(str(tier[name]))
+                except InvalidOperation:
+                    rate = None
+                if isinstance(tier[name], bool) or rate is None or not rate.is_finite() or rate < 0:
+                    raise ValidationError({"tiers": f"{where}: {name} must be a number from 0."})
+
+
+def _rates(price, input_tokens: int) -> dict[str, Decimal | None]:
+    """The rates of ``price`` for a call of ``input_tokens`` input tokens: the base
+    ones, overridden by those of the highest tier the call is above."""
+    rates = {name: getattr(price, name, None) for name in RATE_FIELDS}
+    tiers = [tier for tier in (price.tiers or ()) if input_tokens > tier[TIER_THRESHOLD]]
+    if tiers:
+        tier = max(tiers, key=lambda tier: tier[TIER_THRESHOLD])
+        rates.update({name: Decimal(str(tier[name])) for name in RATE_FIELDS if tier.get(name) is not None})
+    return rates
+
+
+@dataclass(frozen=True)
+class CostPart:
+    """One part of a call's cost: its tokens, the rate they were priced at and the amount."""
+
+    part: str
+    tokens: int
+    per_million: Decimal
+    amount: Decimal
+
+
+def cost_parts(
+    *,
+    price,
+    input_tokens: int,
+    cached_input_tokens: int,
+    output_tokens: int,
+    cache_write_input_tokens: int = 0,
+    reasoning_output_tokens: int = 0,
+) -> list[CostPart]:
+    """A model call's cost, part by part: every token in exactly one part. Cache reads
+    and cache writes are part of ``input_tokens`` and reasoning tokens part of
+    ``output_tokens`` (as OpenTelemetry reports them), so a part never exceeds what is
+    left of its whole; an empty rate is the input's (cache) or the output's (reasoning)."""
+    input_tokens, output_tokens = max(input_tokens, 0), max(output_tokens, 0)
+    rates = _rates(price, input_tokens)
+    input_rate = rates["input_per_million"] or Decimal(0)
+    output_rate = rates["output_per_million"] or Decimal(0)
+    cache_read = min(max(cached_input_tokens, 0), input_tokens)
+    cache_write = min(max(cache_write_input_tokens, 0), input_tokens - cache_read)
+    reasoning = min(max(reasoning_output_tokens, 0), output_tokens)
+    parts = (
+        ("input", input_tokens - cache_read - cache_write, input_rate),
+        ("cached_input", cache_read, _or(rates["cached_input_per_million"], input_rate)),
+        ("cache_write", cache_write, _or(rates["cache_write_per_million"], input_rate)),
+        ("output", output_tokens - reasoning, output_rate),
+        ("reasoning_output", reasoning, _or(rates["reasoning_output_per_million"], output_rate)),
+    )
+    return [CostPart(part, tokens, rate, Decimal(tokens) * rate / MILLION) for part, tokens, rate in parts]
+
+
+def _or(rate: Decimal | None, default: Decimal) -> Decimal:
+    return default if rate is None else rate
+
+
+def tokens_cost(*, price, **tokens) -> Decimal:
     """The cost of a model call at ``price`` (a ``PublishedPrice`` or a catalog row, a draft
-    too: recompute previews use it). Cached input tokens are part of ``input_tokens``
-    (as OpenTelemetry reports them) and cost the cached rate when there is one."""
-    input_rate = price.input_per_million or Decimal(0)
-    output_rate = price.output_per_million or Decimal(0)
-    cached_rate = price.cached_input_per_million if price.cached_input_per_million is not None else input_rate
-    cached = min(max(cached_input_tokens, 0), max(input_tokens, 0))
-    uncached = max(input_tokens, 0) - cached
-    amount = (
-        Decimal(uncached) * input_rate + Decimal(cached) * cached_rate + Decimal(max(output_tokens, 0)) * output_rate
-    ) / MILLION
-    return amount.quantize(NANO)
+    too: recompute previews use it): the sum of its ``cost_parts`` (same arguments)."""
+    return sum((part.amount for part in cost_parts(price=price, **tokens)), Decimal(0)).quantize(NANO)
+
+
+def costs_differ(computed: Decimal | None, reported: Decimal | None) -> bool:
+    """Whether a reported cost and the computed cost of the same calls are further apart
+    than ``BILLING_COST_TOLERANCE`` (a fraction of the larger of the two)."""
+    if computed is None or reported is None:
+        return False
+    larger = max(abs(computed), abs(reported))
+    tolerance = Decimal(str(settings.BILLING_COST_TOLERANCE))
+    return larger > 0 and abs(computed - reported) > tolerance * larger
 
 
 def step_cost(
@@ -206,6 +312,8 @@ def step_cost(
     input_tokens: int,
     cached_input_tokens: int,
     output_tokens: int,
+    cache_write_input_tokens: int = 0,
+    reasoning_output_tokens: int = 0,
     at: datetime | None = None,
     organization_id: int | None = None,
 ) -> Cost:
@@ -215,7 +323,12 @@ def step_cost(
     if price is None:
         return Cost(amount=None, price_id=None)
     amount = tokens_cost(
-        price=price, input_tokens=input_tokens, cached_input_tokens=cached_input_tokens, output_tokens=output_tokens
+        price=price,
+        input_tokens=input_tokens,
+        cached_input_tokens=cached_input_tokens,
+        output_tokens=output_tokens,
+        cache_write_input_tokens=cache_write_input_tokens,
+        reasoning_output_tokens=reasoning_output_tokens,
     )
     return Cost(amount=amount, price_id=price.id)
 

@@ -22,6 +22,7 @@ from agentops.models import ApiKey, Organization, Project
 from agentops.scoping import dangerously_unscoped
 from billing.ledger import COMPUTE_MODEL_PREFIX, is_compute_usage
 from billing.models import Category, ComputeUsage, UsageDaily
+from billing.services import costs_differ
 from billing.usage import usage_source
 
 PERIODS = {"30d": "Last 30 days", "90d": "Last 90 days", "month": "This month"}
@@ -39,7 +40,18 @@ SUMS = {
     "output_tokens": Coalesce(Sum("output_tokens"), 0),
     "steps": Coalesce(Sum("steps"), 0),
     "unpriced_steps": Coalesce(Sum("unpriced_steps"), 0),
+    # The costs clients reported, and the computed cost of those same steps.
+    "reported_cost": Coalesce(Sum("reported_cost"), Decimal(0)),
+    "reported_computed_cost": Coalesce(Sum("reported_computed_cost"), Decimal(0)),
 }
+
+
+def flag_differences(rows: list[dict]) -> list[dict]:
+    """Mark each ledger row whose reported cost differs from the computed cost of the
+    same steps beyond the tolerance (``cost_differs``)."""
+    for row in rows:
+        row["cost_differs"] = costs_differ(row["reported_computed_cost"], row["reported_cost"])
+    return rows
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,9 @@ def _ledger(*, organization, window: Window):
 def totals_of(table: list[dict]) -> dict:
     """Cost, tokens, steps and unpriced steps of the whole spend table (added up here:
     scanning the ledger a second time for them costs as much as the table itself)."""
-    return {name: sum((row[name] for row in table), Decimal(0) if name == "cost" else 0) for name in SUMS}
+    totals = {name: sum((row[name] for row in table), Decimal(0) if "cost" in name else 0) for name in SUMS}
+    totals["cost_differs"] = costs_differ(totals["reported_computed_cost"], totals["reported_cost"])
+    return totals
 
 
 def organization_spend_table(*, organization, window: Window) -> list[dict]:
@@ -110,7 +124,7 @@ def organization_spend_table(*, organization, window: Window) -> list[dict]:
         # GPU jobs' usage: the page shows it as a job, not as a model with runs behind it.
         row["job"] = is_compute_usage(agent_name=row["agent_name"], model=row["model"])
     rows.sort(key=lambda row: (-row["cost"], row["project__slug"], row["agent_name"], row["model"]))
-    return rows
+    return flag_differences(rows)
 
 
 def organization_series(*, organization, window: Window, dimension: str) -> dict:
@@ -268,7 +282,7 @@ def console_spend(*, level: str, filters: ConsoleFilters) -> list[dict]:
         if filters.day:
             queryset = queryset.filter(day=filters.day)
         ordering = ["day", "-cost"] if level == "day" else ["-cost", *LEVEL_FIELDS[level][1:]]
-        return list(queryset.values(*LEVEL_FIELDS[level]).annotate(**SUMS).order_by(*ordering))
+        return flag_differences(list(queryset.values(*LEVEL_FIELDS[level]).annotate(**SUMS).order_by(*ordering)))
 
 
 def console_runs(*, project: Project, model: str, day: date, limit: int = DRILL_LIMIT) -> list[dict]:

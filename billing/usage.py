@@ -90,7 +90,8 @@ class UsageSource(Protocol):
     ) -> Iterator[StepRepricing]:
         """Every LLM step of the range (of ``organization_id``'s projects, or all) whose
         model ``matches``, with its new ``cost(input_tokens=, cached_input_tokens=,
-        output_tokens=)``; with ``lock``, the steps are locked until commit."""
+        output_tokens=, cache_write_input_tokens=, reasoning_output_tokens=)``; with
+        ``lock``, the steps are locked until commit."""
 
     def reprice(self, items: list[StepRepricing], *, price_id: int) -> None:
         """Store the new cost and price of ``items``."""

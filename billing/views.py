@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
@@ -18,7 +18,7 @@ from agentops.csvexport import csv_response
 from agentops.errors import ServiceError
 from agentops.pages import Need, OrganizationPage
 from billing import budgets, carbon, spend
-from billing.forms import BudgetForm, PeriodForm
+from billing.forms import BudgetCostForm, BudgetForm, PeriodForm
 from billing.models import Budget, BudgetAlert
 
 ALERTS_SHOWN = 50
@@ -46,7 +46,8 @@ class BillingIndexPage(OrganizationPage):
             return csv_response(
                 f"{self.organization.slug}-spend-{window.start}-{window.end}.csv",
                 ["project", "agent", "model", "category", "unit", "cost_usd", "input_tokens", "cached_input_tokens"]
-                + ["output_tokens", "steps", "unpriced_steps"],
+                + ["output_tokens", "steps", "unpriced_steps", "reported_cost_usd", "reported_steps_computed_cost_usd"]
+                + ["cost_differs"],
                 (
                     [
                         row["project__slug"],
@@ -60,6 +61,9 @@ class BillingIndexPage(OrganizationPage):
                         row["output_tokens"],
                         row["steps"],
                         row["unpriced_steps"],
+                        row["reported_cost"],
+                        row["reported_computed_cost"],
+                        row["cost_differs"],
                     ]
                     for row in table
                 ),
@@ -106,9 +110,26 @@ class BillingIndexPage(OrganizationPage):
                     .order_by("-created_at")[:ALERTS_SHOWN]
                 ),
                 "budget_form": BudgetForm(organization=self.organization),
+                "budget_cost_form": BudgetCostForm(initial={"budget_cost": budgets.budget_cost_of(self.organization)}),
+                "budget_cost": budgets.budget_cost_of(self.organization),
             },
             live_topics=[live.topic("billing")],  # budget alerts, as they are raised
         )
+
+
+class BudgetCostAction(OrganizationPage):
+    """Choose which cost budgets count (computed or reported): an organization setting."""
+
+    permissions = {"POST": Need("org:write", "choose which cost budgets count")}
+
+    def post(self, request, org_slug):
+        form = BudgetCostForm(request.POST)
+        if not form.is_valid():
+            return JsonResponse({"error": "budget_cost must be computed or reported."}, status=400)
+        budgets.budget_cost_set(
+            organization=self.organization, budget_cost=form.cleaned_data["budget_cost"], actor=request.user, ip=self.ip
+        )
+        return redirect(reverse("billing:index", args=[org_slug]) + "#budgets")
 
 
 class BudgetCreateAction(OrganizationPage):

@@ -23,7 +23,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
+
+from django.conf import settings
 
 from agentops.jsonsafe import storable_lossless, storable_text
 from runs.models import Step
@@ -90,6 +93,12 @@ class StepEvent:
     input_tokens: int = 0
     cached_input_tokens: int = 0
     output_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_output_tokens: int = 0
+    modality_tokens: dict = field(default_factory=dict)
+    reported_cost: Decimal | None = None
+    reported_cost_currency: str = ""
+    reported_cost_source: str = ""
     input: Any = None
     output: Any = None
     attributes: dict = field(default_factory=dict)
@@ -175,3 +184,35 @@ def json_safe(value: Any) -> Any:
     """``value`` (parsed JSON or converted attributes) made storable as ``jsonb``, the
     lossless way (``agentops.jsonsafe.storable_lossless``), noted."""
     return storable_lossless(value, note=note)
+
+
+# --- Reported cost -----------------------------------------------------------------
+
+# A step's cost column is numeric(18, 9): a reported cost must fit it.
+MAX_REPORTED_COST = Decimal(10**9)
+REPORTED_COST_SOURCE_LENGTH = 16
+
+
+def clean_reported_cost(amount: Any, currency: Any = None, source: Any = None) -> tuple[Decimal | None, str, str]:
+    """A cost a client reported (``gen_ai.usage.cost``, the batch API's ``reported_cost``)
+    as stored: (amount, currency, source). None when no amount was sent. ValueError, with
+    the reason, for an amount that is not a number from 0 (a boolean, a negative, NaN, a
+    billion or more) or a currency the platform cannot compare with its own costs (those
+    of the ``BILLING_REPORTED_COST_CURRENCIES`` setting; USD when none is sent)."""
+    if amount is None or amount == "":
+        return None, "", ""
+    value = None
+    if not isinstance(amount, bool) and isinstance(amount, int | float | str | Decimal):
+        try:
+            value = Decimal(str(amount).strip())
+        except ArithmeticError:
+            value = None
+    if value is None or not value.is_finite() or not 0 <= value < MAX_REPORTED_COST:
+        shown = amount if isinstance(amount, int | float) else repr(amount)[:60]
+        raise ValueError(f"cost {shown} is not an amount (a number from 0, below {MAX_REPORTED_COST:,})")
+    accepted = tuple(settings.BILLING_REPORTED_COST_CURRENCIES)
+    code = "USD" if currency in (None, "") else currency
+    if not isinstance(code, str) or code.strip().upper() not in accepted:
+        raise ValueError(f"unknown currency {str(code)[:20]!r}: a reported cost must be in {', '.join(accepted)}")
+    source_text = "" if source is None else clean_text(str(source)).strip().lower()
+    return value.quantize(Decimal("0.000000001")), code.strip().upper(), source_text[:REPORTED_COST_SOURCE_LENGTH]

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from agentops.crypto import EncryptedTextField
 from agentops.scoping import TenantModel
+from billing.services import costs_differ
 from runs.fields import PayloadJSONField
 
 MONEY = {"max_digits": 18, "decimal_places": 9}
@@ -65,7 +66,14 @@ class Run(TenantModel):
     input_tokens = models.BigIntegerField(default=0)
     cached_input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
+    # Parts of the counts above (cache writes of the input, reasoning of the output).
+    cache_write_input_tokens = models.BigIntegerField(default=0)
+    reasoning_output_tokens = models.BigIntegerField(default=0)
     total_cost = models.DecimalField(default=0, **MONEY)
+    # The sum of the costs the client reported (None: no step reported one), and the
+    # platform's computed cost of those same steps, to compare like with like.
+    reported_cost = models.DecimalField(null=True, blank=True, **MONEY)
+    reported_steps_computed_cost = models.DecimalField(null=True, blank=True, **MONEY)
     unpriced_step_count = models.PositiveIntegerField(default=0)
     models_used = ArrayField(models.CharField(max_length=200), default=list, blank=True)
     latency_ms = models.BigIntegerField(null=True, blank=True)
@@ -121,6 +129,12 @@ class Run(TenantModel):
         return self.name or self.trace_id
 
     @property
+    def reported_cost_differs(self) -> bool:
+        """The costs clients reported differ from the computed cost of those steps by
+        more than the tolerance (``BILLING_COST_TOLERANCE``)."""
+        return costs_differ(self.reported_steps_computed_cost, self.reported_cost)
+
+    @property
     def ended(self) -> bool:
         return self.status in self.ENDED
 
@@ -160,7 +174,17 @@ class Step(TenantModel):
     input_tokens = models.BigIntegerField(default=0)
     cached_input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
+    # Parts of the counts above: cache writes are input tokens, reasoning tokens are
+    # output tokens (as OpenTelemetry reports them); each token is priced once.
+    cache_write_input_tokens = models.BigIntegerField(default=0)
+    reasoning_output_tokens = models.BigIntegerField(default=0)
+    # Per-modality counts as sent: {"input": {"image": 1200}, "output": {"audio": 40}}.
+    modality_tokens = models.JSONField(default=dict, blank=True)
     cost = models.DecimalField(null=True, blank=True, **MONEY)
+    # The cost the client reported (``gen_ai.usage.cost``), beside the computed one.
+    reported_cost = models.DecimalField(null=True, blank=True, **MONEY)
+    reported_cost_currency = models.CharField(max_length=3, blank=True)
+    reported_cost_source = models.CharField(max_length=16, blank=True, help_text="provider or local, as sent.")
     unpriced = models.BooleanField(default=False, help_text="A model call whose model has no price.")
     price = models.ForeignKey("billing.Price", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     input = PayloadJSONField(null=True, blank=True)
@@ -178,6 +202,11 @@ class Step(TenantModel):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"
+
+    @property
+    def reported_cost_differs(self) -> bool:
+        """The reported cost differs from the computed one by more than the tolerance."""
+        return costs_differ(self.cost, self.reported_cost)
 
 
 class Message(TenantModel):

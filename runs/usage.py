@@ -42,11 +42,17 @@ _USAGE_SELECT = """
            sum(s.input_tokens) AS input_tokens,
            sum(s.cached_input_tokens) AS cached_input_tokens,
            sum(s.output_tokens) AS output_tokens,
-           coalesce(sum(s.cost), 0) AS cost,
+           -- The cost budgets count: the organization's choice (billing.BillingSettings),
+           -- the reported cost where a client sent one, else the computed cost.
+           coalesce(sum(CASE WHEN bs.budget_cost = 'reported' THEN coalesce(s.reported_cost, s.cost)
+                             ELSE s.cost END), 0) AS cost,
            count(*) AS steps,
-           count(*) FILTER (WHERE s.unpriced) AS unpriced_steps
+           count(*) FILTER (WHERE s.unpriced) AS unpriced_steps,
+           coalesce(sum(s.reported_cost), 0) AS reported_cost,
+           coalesce(sum(s.cost) FILTER (WHERE s.reported_cost IS NOT NULL), 0) AS reported_computed_cost
     FROM runs_step s JOIN runs_run r ON r.id = s.run_id
     LEFT JOIN billing_price p ON p.id = s.price_id AND s.kind = 'tool'
+    LEFT JOIN billing_billingsettings bs ON bs.organization_id = s.organization_id
     {where}
     GROUP BY s.organization_id, r.project_id, 3, r.agent_name, 5, r.api_key_id, r.end_user_id, 8, 9, s.run_id
 """
@@ -145,8 +151,13 @@ class RunsUsageSource:
                     "started_at",
                     "input_tokens",
                     "cached_input_tokens",
+                    "cache_write_input_tokens",
                     "output_tokens",
+                    "reasoning_output_tokens",
                     "cost",
+                    "reported_cost",
+                    "reported_cost_currency",
+                    "reported_cost_source",
                     "unpriced",
                     "price_id",
                 )
@@ -193,17 +204,28 @@ class RunsUsageSource:
                 "input_tokens",
                 "cached_input_tokens",
                 "output_tokens",
+                "cache_write_input_tokens",
+                "reasoning_output_tokens",
                 "cost",
                 "price_id",
             ).iterator(chunk_size=_BATCH):
-                step_id, run_id, owner_id, model, input_tokens, cached, output_tokens, old_cost, price_id = row
+                (step_id, run_id, owner_id, model, input_tokens, cached, output_tokens, cache_write, reasoning) = row[
+                    :9
+                ]
+                old_cost, price_id = row[9:]
                 yield StepRepricing(
                     step_id=step_id,
                     run_id=run_id,
                     organization_id=owner_id,
                     model=model,
                     old_cost=old_cost,
-                    new_cost=cost(input_tokens=input_tokens, cached_input_tokens=cached, output_tokens=output_tokens),
+                    new_cost=cost(
+                        input_tokens=input_tokens,
+                        cached_input_tokens=cached,
+                        output_tokens=output_tokens,
+                        cache_write_input_tokens=cache_write,
+                        reasoning_output_tokens=reasoning,
+                    ),
                     old_price_id=price_id,
                 )
 

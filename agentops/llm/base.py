@@ -33,7 +33,11 @@ class ChatResult:
     model: str
     input_tokens: int = 0
     output_tokens: int = 0
+    # Parts of the counts above: cache reads and writes are input tokens, reasoning
+    # tokens output tokens (as OpenTelemetry counts them).
     cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_output_tokens: int = 0
     raw: dict[str, Any] = field(default_factory=dict)
 
 

@@ -144,10 +144,34 @@ def _result(response, model: str) -> ChatResult:
         tool_calls=calls,
         finish_reason=str(choice.finish_reason or ""),
         model=response.model or model,
-        input_tokens=usage.prompt_tokens or 0 if usage else 0,
-        output_tokens=usage.completion_tokens or 0 if usage else 0,
+        **usage_counts(usage),
         raw=response.model_dump(mode="json"),
     )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def usage_counts(usage) -> dict[str, int]:
+    """A ``ChatResult``'s token counts from Mistral's usage object: prompt and completion
+    tokens, and the parts its answers add beyond the SDK's model (kept as extra fields):
+    cached prompt tokens (``prompt_tokens_details.cached_tokens``, or the older
+    ``num_cached_tokens``) and reasoning tokens (``completion_tokens_details.
+    reasoning_tokens``). Mistral reports no cache writes."""
+    if usage is None:
+        return {"input_tokens": 0, "output_tokens": 0}
+    extra = usage.model_dump(mode="json")
+    prompt_details = extra.get("prompt_tokens_details")
+    completion_details = extra.get("completion_tokens_details")
+    prompt_details = prompt_details if isinstance(prompt_details, dict) else {}
+    completion_details = completion_details if isinstance(completion_details, dict) else {}
+    return {
+        "input_tokens": _count(usage.prompt_tokens),
+        "output_tokens": _count(usage.completion_tokens),
+        "cached_input_tokens": _count(prompt_details.get("cached_tokens")) or _count(extra.get("num_cached_tokens")),
+        "reasoning_output_tokens": _count(completion_details.get("reasoning_tokens")),
+    }
 
 
 def _streamed(events, model: str, on_text: OnText, *, deadline: float) -> ChatResult:
@@ -225,7 +249,6 @@ def _streamed(events, model: str, on_text: OnText, *, deadline: float) -> ChatRe
         tool_calls=tool_calls,
         finish_reason=finish_reason,
         model=answered_model,
-        input_tokens=usage.prompt_tokens or 0 if usage else 0,
-        output_tokens=usage.completion_tokens or 0 if usage else 0,
+        **usage_counts(usage),
         raw=raw,
     )

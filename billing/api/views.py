@@ -12,14 +12,30 @@ from rest_framework.response import Response
 
 from agentops.api.base import OrganizationEndpoint, ProjectEndpoint
 from agentops.api.idempotency import idempotent
-from agentops.csvexport import csv_response
+from agentops.csvexport import csv_response, plain_number
 from agentops.errors import InvalidRequest
 from agentops.models import ApiKey, Project
 from billing import budgets, carbon, spend
 from billing.api import serializers as s
 from billing.models import Budget, BudgetAlert
 
-MEASURES = ("cost", "input_tokens", "cached_input_tokens", "output_tokens", "steps", "unpriced_steps")
+MEASURES = (
+    "cost",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "steps",
+    "unpriced_steps",
+    "reported_cost",
+    "reported_computed_cost",
+)
+# Money is a decimal string in JSON; in the CSV, named as on the billing page's export.
+MONEY = {"cost", "reported_cost", "reported_computed_cost"}
+CSV_NAMES = {
+    "cost": "cost_usd",
+    "reported_cost": "reported_cost_usd",
+    "reported_computed_cost": "reported_steps_computed_cost_usd",
+}
 
 
 def _query(request, *, allow_project: bool) -> dict:
@@ -40,7 +56,7 @@ def _spend_response(*, organization, query: dict, project: Project | None, filen
         columns = [*group_by, *(["api_key_name"] if "api_key" in group_by else []), *MEASURES]
         return csv_response(
             f"{filename}-spend-{window.start}-{window.end}.csv",
-            [column if column != "cost" else "cost_usd" for column in columns],
+            [CSV_NAMES.get(column, column) for column in columns],
             ([row[column] for column in columns] for row in rows),
         )
     totals = {name: sum(row[name] for row in rows) for name in MEASURES}
@@ -52,12 +68,12 @@ def _spend_response(*, organization, query: dict, project: Project | None, filen
             "group_by": list(group_by),
             "categories": list(query["category"]) or list(spend.CATEGORIES),
             "currency": "USD",
-            "totals": {**{name: str(value) if name == "cost" else value for name, value in totals.items()}},
+            "totals": {name: plain_number(value) if name in MONEY else value for name, value in totals.items()},
             "carbon": footprint.as_json(),
             "rows": [
                 {
-                    **{key: (value.isoformat() if key == "day" else value) for key, value in row.items()},
-                    "cost": str(row["cost"]),
+                    key: value.isoformat() if key == "day" else plain_number(value) if key in MONEY else value
+                    for key, value in row.items()
                 }
                 for row in rows
             ],

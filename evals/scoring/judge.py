@@ -191,6 +191,8 @@ class LlmJudge(EvaluatorKind):
                 input_tokens=result.input_tokens,
                 cached_input_tokens=result.cached_input_tokens,
                 output_tokens=result.output_tokens,
+                cache_write_input_tokens=result.cache_write_input_tokens,
+                reasoning_output_tokens=result.reasoning_output_tokens,
             )
             if price is not None
             else None

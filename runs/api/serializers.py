@@ -20,7 +20,7 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from agentops.api.serializers import InputSerializer
-from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
+from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, clean_reported_cost
 from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
 from runs.selectors import SORTABLE
 
@@ -92,6 +92,36 @@ class TokenCountField(StrictIntegerField):
     def validate_empty_values(self, data):
         is_empty, value = super().validate_empty_values(data)
         return is_empty, (0 if is_empty and value is None else value)
+
+
+class ModalityTokensField(serializers.DictField):
+    """Token counts per modality: ``{"input": {"image": 1200}, "output": {"audio": 40}}``."""
+
+    DIRECTIONS = ("input", "output")
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError('must be an object like {"input": {"image": 1200}}.')
+        counts: dict[str, dict[str, int]] = {}
+        for direction, by_modality in data.items():
+            if direction not in self.DIRECTIONS:
+                raise serializers.ValidationError(f"{str(direction)[:40]!r}: must be input or output.")
+            if not isinstance(by_modality, dict):
+                raise serializers.ValidationError(f"{direction}: must be an object of modality -> token count.")
+            for modality, count in by_modality.items():
+                if not isinstance(modality, str) or not modality.strip() or len(modality) > 32:
+                    raise serializers.ValidationError(f"{direction}: a modality is a name of 1 to 32 characters.")
+                if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_TOKENS:
+                    raise serializers.ValidationError(
+                        f"{direction}.{modality}: {str(count)[:40]} is not a token count (0 to {MAX_TOKENS:,})."
+                    )
+                counts.setdefault(direction, {})[modality.strip().lower()] = count
+        return counts
 
 
 class StrictFloatField(serializers.FloatField):
@@ -213,11 +243,27 @@ class StepEventSerializer(InputSerializer):
     model = OptionalTextField(max_length=200)
     provider = OptionalTextField(max_length=100)
     input_tokens = TokenCountField()
-    cached_input_tokens = TokenCountField()
+    cached_input_tokens = TokenCountField(help_text="Cache reads: part of input_tokens.")
+    cache_write_input_tokens = TokenCountField(help_text="Cache writes: part of input_tokens.")
     output_tokens = TokenCountField()
+    reasoning_output_tokens = TokenCountField(help_text="Reasoning tokens: part of output_tokens.")
+    modality_tokens = ModalityTokensField(help_text='Counts per modality: {"input": {"image": 1200}}.')
+    reported_cost = _any_json(help_text="The cost the client or its provider reported: a number from 0.")
+    reported_cost_currency = OptionalTextField(max_length=3, help_text="ISO 4217 code; USD when absent.")
+    reported_cost_source = OptionalTextField(max_length=16, help_text="provider or local.")
     input = _any_json(help_text="Any JSON.")
     output = _any_json(help_text="Any JSON.")
     attributes = ObjectField(help_text="A JSON object of raw attributes.")
+
+    def validate(self, attrs):
+        try:
+            cost = clean_reported_cost(
+                attrs.get("reported_cost"), attrs.get("reported_cost_currency"), attrs.get("reported_cost_source")
+            )
+        except ValueError as error:
+            raise serializers.ValidationError({"reported_cost": str(error)}) from None
+        attrs["reported_cost"], attrs["reported_cost_currency"], attrs["reported_cost_source"] = cost
+        return attrs
 
     def to_event(self, data: dict) -> StepEvent:
         """The ingest event of validated ``data`` (from ``run_validation``)."""
@@ -236,6 +282,12 @@ class StepEventSerializer(InputSerializer):
             input_tokens=data.get("input_tokens", 0),
             cached_input_tokens=data.get("cached_input_tokens", 0),
             output_tokens=data.get("output_tokens", 0),
+            cache_write_input_tokens=data.get("cache_write_input_tokens", 0),
+            reasoning_output_tokens=data.get("reasoning_output_tokens", 0),
+            modality_tokens=data.get("modality_tokens") or {},
+            reported_cost=data.get("reported_cost"),
+            reported_cost_currency=data.get("reported_cost_currency", ""),
+            reported_cost_source=data.get("reported_cost_source", ""),
             input=data.get("input"),
             output=data.get("output"),
             attributes=data.get("attributes") or {},
@@ -416,6 +468,20 @@ class RunSerializer(serializers.ModelSerializer):
     status = serializers.CharField(read_only=True, help_text=", ".join(Run.Status.values))
     parent_run_id = serializers.IntegerField(read_only=True, allow_null=True, help_text="The parent run's id.")
     total_cost = serializers.DecimalField(max_digits=18, decimal_places=9, read_only=True)
+    reported_cost = serializers.DecimalField(
+        max_digits=18,
+        decimal_places=9,
+        read_only=True,
+        allow_null=True,
+        help_text="The sum of the costs clients reported; null when no step reported one.",
+    )
+    reported_steps_computed_cost = serializers.DecimalField(
+        max_digits=18,
+        decimal_places=9,
+        read_only=True,
+        allow_null=True,
+        help_text="The platform's computed cost of the steps that reported one (to compare with reported_cost).",
+    )
 
     class Meta:
         model = Run
@@ -439,8 +505,12 @@ class RunSerializer(serializers.ModelSerializer):
             "latency_ms",
             "input_tokens",
             "cached_input_tokens",
+            "cache_write_input_tokens",
             "output_tokens",
+            "reasoning_output_tokens",
             "total_cost",
+            "reported_cost",
+            "reported_steps_computed_cost",
             "unpriced_step_count",
             "step_count",
             "llm_call_count",
@@ -469,6 +539,9 @@ class StepSerializer(serializers.ModelSerializer):
     cost = serializers.DecimalField(
         max_digits=18, decimal_places=9, read_only=True, allow_null=True, help_text="Null when unpriced or no model."
     )
+    reported_cost = serializers.DecimalField(
+        max_digits=18, decimal_places=9, read_only=True, allow_null=True, help_text="Null when none was reported."
+    )
 
     class Meta:
         model = Step
@@ -482,8 +555,14 @@ class StepSerializer(serializers.ModelSerializer):
             "provider",
             "input_tokens",
             "cached_input_tokens",
+            "cache_write_input_tokens",
             "output_tokens",
+            "reasoning_output_tokens",
+            "modality_tokens",
             "cost",
+            "reported_cost",
+            "reported_cost_currency",
+            "reported_cost_source",
             "unpriced",
             "started_at",
             "ended_at",

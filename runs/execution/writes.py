@@ -80,6 +80,8 @@ def llm_step(
             "model": result.model if spec.model != "offline" else "offline",
             "input_tokens": result.input_tokens,
             "cached_input_tokens": result.cached_input_tokens,
+            "cache_write_input_tokens": result.cache_write_input_tokens,
+            "reasoning_output_tokens": result.reasoning_output_tokens,
             "output_tokens": result.output_tokens,
             "output": output
             if output is not None

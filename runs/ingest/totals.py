@@ -77,7 +77,13 @@ def recompute_run_totals(
                        coalesce(sum(input_tokens), 0) AS input_tokens,
                        coalesce(sum(cached_input_tokens), 0) AS cached_input_tokens,
                        coalesce(sum(output_tokens), 0) AS output_tokens,
+                       coalesce(sum(cache_write_input_tokens), 0) AS cache_write_input_tokens,
+                       coalesce(sum(reasoning_output_tokens), 0) AS reasoning_output_tokens,
                        coalesce(sum(cost), 0) AS total_cost,
+                       -- What clients reported, and the computed cost of those same steps.
+                       sum(reported_cost) AS reported_cost,
+                       sum(coalesce(cost, 0)) FILTER (WHERE reported_cost IS NOT NULL)
+                           AS reported_steps_computed_cost,
                        count(*) FILTER (WHERE unpriced) AS unpriced_step_count,
                        coalesce(array_agg(DISTINCT model) FILTER (WHERE model <> ''), '{{}}') AS models_used,
                        min(started_at) AS first_start,
@@ -97,7 +103,12 @@ def recompute_run_totals(
                 input_tokens = coalesce(totals.input_tokens, run.input_tokens),
                 cached_input_tokens = coalesce(totals.cached_input_tokens, run.cached_input_tokens),
                 output_tokens = coalesce(totals.output_tokens, run.output_tokens),
+                cache_write_input_tokens = coalesce(totals.cache_write_input_tokens, run.cache_write_input_tokens),
+                reasoning_output_tokens = coalesce(totals.reasoning_output_tokens, run.reasoning_output_tokens),
                 total_cost = coalesce(totals.total_cost, run.total_cost),
+                reported_cost = CASE WHEN totals.run_id IS NULL THEN run.reported_cost ELSE totals.reported_cost END,
+                reported_steps_computed_cost = CASE WHEN totals.run_id IS NULL THEN run.reported_steps_computed_cost
+                                                    ELSE totals.reported_steps_computed_cost END,
                 unpriced_step_count = coalesce(totals.unpriced_step_count, run.unpriced_step_count),
                 models_used = coalesce(totals.models_used, run.models_used),
                 started_at = {_RUN_STARTED},

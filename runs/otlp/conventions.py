@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from runs.events import clean_reported_cost
 from runs.models import Step
 from runs.otlp.attributes import first_count, first_text, first_value, parse_json_text, text_value
+from runs.otlp.partial_success import InvalidItem
 
 MAX_TAGS = 50
 
@@ -65,7 +67,52 @@ MODEL_KEYS = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name",
 PROVIDER_KEYS = ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")
 INPUT_TOKEN_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
 OUTPUT_TOKEN_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")
-CACHED_TOKEN_KEYS = ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")
+CACHED_TOKEN_KEYS = (
+    "gen_ai.usage.cache_read.input_tokens",
+    "gen_ai.usage.cache_read_input_tokens",
+    "llm.token_count.prompt_details.cache_read",
+)
+# Cache writes (cache_creation, with a rename to cache_write pending) are part of the
+# input count, reasoning tokens part of the output count.
+CACHE_WRITE_TOKEN_KEYS = (
+    "gen_ai.usage.cache_creation.input_tokens",
+    "gen_ai.usage.cache_write.input_tokens",
+    "gen_ai.usage.cache_creation_input_tokens",
+    "llm.token_count.prompt_details.cache_write",
+)
+REASONING_TOKEN_KEYS = (
+    "gen_ai.usage.reasoning.output_tokens",
+    "gen_ai.usage.reasoning_tokens",
+    "llm.token_count.completion_details.reasoning",
+)
+USAGE_DETAILS_CACHE_WRITE_KEYS = (
+    "cache_creation_input_tokens",
+    "input_cache_creation",
+    "input_cache_write",
+    "cache_write",
+    "cache_creation",
+)
+USAGE_DETAILS_REASONING_KEYS = ("reasoning_tokens", "output_reasoning", "output_reasoning_tokens", "reasoning")
+# Per-modality counts: gen_ai.usage.<modality>.input_tokens (the parts' style), the
+# gen_ai.usage.input_tokens.<modality> form some clients send, and OpenInference's
+# llm.token_count.prompt_details.<modality> / completion_details.<modality>.
+MODALITIES = ("text", "image", "audio", "video")
+MODALITY_KEYS = {
+    direction: {
+        modality: (
+            f"gen_ai.usage.{modality}.{direction}_tokens",
+            f"gen_ai.usage.{direction}_tokens.{modality}",
+            f"llm.token_count.{details}_details.{modality}",
+        )
+        for modality in MODALITIES
+    }
+    for direction, details in (("input", "prompt"), ("output", "completion"))
+}
+# A cost the client reports: gen_ai.usage.cost.{amount,currency,source} (merged, not yet
+# released), or one gen_ai.usage.cost (a number, or an object with those keys).
+COST_KEY = "gen_ai.usage.cost"
+# The event (a log record, or an event of the span) with a call's details.
+OPERATION_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 USAGE_DETAILS_CACHED_KEYS = (
     "cache_read_input_tokens",
     "input_cache_read",
@@ -95,8 +142,10 @@ def span_kind(attributes: dict) -> str:
     return CUSTOM
 
 
-def usage(attributes: dict) -> tuple[int, int, int]:
-    """(input, cached input, output) tokens; 0 when not reported."""
+def usage(attributes: dict) -> dict[str, Any]:
+    """The token counts of a span as ``StepEvent`` fields: input, cached input (cache
+    reads), cache writes, output, reasoning output (0 when not reported) and the counts
+    per modality (only those reported). InvalidItem for a count that is not one."""
     details = parse_json_text(attributes.get("langfuse.observation.usage_details"))
     details = details if isinstance(details, dict) else {}
     langfuse = "langfuse.observation.usage_details"
@@ -105,7 +154,50 @@ def usage(attributes: dict) -> tuple[int, int, int]:
     cached = first_count(
         attributes, CACHED_TOKEN_KEYS, first_value(details, USAGE_DETAILS_CACHED_KEYS), f"{langfuse} (cached)"
     )
-    return input_tokens or 0, cached or 0, output_tokens or 0
+    cache_write = first_count(
+        attributes,
+        CACHE_WRITE_TOKEN_KEYS,
+        first_value(details, USAGE_DETAILS_CACHE_WRITE_KEYS),
+        f"{langfuse} (cache write)",
+    )
+    reasoning = first_count(
+        attributes, REASONING_TOKEN_KEYS, first_value(details, USAGE_DETAILS_REASONING_KEYS), f"{langfuse} (reasoning)"
+    )
+    modality_tokens: dict[str, dict[str, int]] = {}
+    for direction, keys_by_modality in MODALITY_KEYS.items():
+        for modality, keys in keys_by_modality.items():
+            count = first_count(attributes, keys)
+            if count is not None:
+                modality_tokens.setdefault(direction, {})[modality] = count
+    return {
+        "input_tokens": input_tokens or 0,
+        "cached_input_tokens": cached or 0,
+        "cache_write_input_tokens": cache_write or 0,
+        "output_tokens": output_tokens or 0,
+        "reasoning_output_tokens": reasoning or 0,
+        "modality_tokens": modality_tokens,
+    }
+
+
+def reported_cost(attributes: dict) -> dict[str, Any]:
+    """The cost the client reported, as ``StepEvent`` fields (none when it sent none);
+    InvalidItem for an amount that is not one or a currency the platform cannot compare."""
+    cost = parse_json_text(attributes.get(COST_KEY))
+    parts = cost if isinstance(cost, dict) else {"amount": cost}
+
+    def part(name: str) -> Any:
+        # The dotted attribute first (the released name), then the object's key.
+        value = attributes.get(f"{COST_KEY}.{name}")
+        return parts.get(name) if value in (None, "") else value
+
+    amount, currency, source = part("amount"), part("currency"), part("source")
+    try:
+        value, currency, source = clean_reported_cost(amount, currency, source)
+    except ValueError as error:
+        raise InvalidItem(f"{COST_KEY}: {error}") from None
+    if value is None:
+        return {}
+    return {"reported_cost": value, "reported_cost_currency": currency, "reported_cost_source": source}
 
 
 def _mime_value(attributes: dict, prefix: str) -> Any:

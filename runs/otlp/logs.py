@@ -14,6 +14,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from runs.events import noting
 from runs.otlp.attributes import any_value, attributes_dict, hex_id, parse_json_text, position, text_value
+from runs.otlp.conventions import OPERATION_DETAILS_EVENT
 from runs.otlp.messages import message_event, message_list, normalize_message, system_message
 from runs.otlp.partial_success import UNREADABLE, InvalidItem, MappedBatch
 
@@ -25,7 +26,6 @@ LOG_EVENT_ROLES = {
     "gen_ai.tool.message": "tool",
     "gen_ai.choice": "assistant",
 }
-OPERATION_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 
 
 def log_event_name(record: LogRecord) -> str:

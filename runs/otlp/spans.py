@@ -25,7 +25,17 @@ from runs.otlp.attributes import (
     text_value,
     timestamp,
 )
-from runs.otlp.conventions import LLM, MODEL_KEYS, PROVIDER_KEYS, run_hints, span_kind, span_payloads, usage
+from runs.otlp.conventions import (
+    LLM,
+    MODEL_KEYS,
+    OPERATION_DETAILS_EVENT,
+    PROVIDER_KEYS,
+    reported_cost,
+    run_hints,
+    span_kind,
+    span_payloads,
+    usage,
+)
 from runs.otlp.messages import message_event, span_messages
 from runs.otlp.partial_success import UNREADABLE, InvalidItem, MappedBatch
 
@@ -84,6 +94,16 @@ def span_events(span: Span) -> list[dict]:
     ]
 
 
+def operation_details(span: Span) -> dict:
+    """The attributes of the span's ``gen_ai.client.inference.operation.details`` events
+    (the last wins), where instrumentations may put the call's usage and cost."""
+    merged: dict = {}
+    for event in span.events:
+        if event.name == OPERATION_DETAILS_EVENT:
+            merged.update(attributes_dict(event.attributes))
+    return merged
+
+
 def map_span(span: Span, resource: dict) -> SpanEvents:
     """The events of one span; InvalidItem when its ids are not valid."""
     trace_id = hex_id(span.trace_id, 16, "trace id")
@@ -99,7 +119,11 @@ def map_span(span: Span, resource: dict) -> SpanEvents:
         raise InvalidItem("end_time_unix_nano is 0 (unset): send a span once it has ended")
     started_at = timestamp(span.start_time_unix_nano, "start_time_unix_nano")
     ended_at = timestamp(span.end_time_unix_nano, "end_time_unix_nano")
-    input_tokens, cached_input_tokens, output_tokens = usage(attributes)
+    # Usage and cost may also come on the span's operation-details event: the span's
+    # own attributes win.
+    measured = {**operation_details(span), **attributes}
+    counts = usage(measured)
+    cost = reported_cost(measured)
     inputs, outputs = span_messages(attributes) if kind == LLM else ([], [])
     input_payload, output_payload = span_payloads(attributes, kind, inputs, outputs)
     name = text_value(span.name, 500)
@@ -116,9 +140,8 @@ def map_span(span: Span, resource: dict) -> SpanEvents:
         error=error,
         model=first_text(attributes, MODEL_KEYS, 200),
         provider=first_text(attributes, PROVIDER_KEYS, 100),
-        input_tokens=input_tokens,
-        cached_input_tokens=cached_input_tokens,
-        output_tokens=output_tokens,
+        **counts,
+        **cost,
         input=input_payload,
         output=output_payload,
         attributes={**attributes, "resource": resource},

@@ -77,8 +77,36 @@ def test_spend_as_csv_through_the_one_csv_writer(tenant, client_for, spend):
         "output_tokens": "0",
         "steps": "3",
         "unpriced_steps": "0",
+        "reported_cost_usd": "0.000000000",
+        "reported_steps_computed_cost_usd": "0.000000000",
     }
     assert {row["model"] for row in rows} == {"mistral-large-2512", "mistral-small-2603", "tts", "mistral-small-latest"}
+
+
+def test_spend_carries_the_reported_cost_beside_the_computed_cost_of_the_same_steps(tenant, client_for):
+    ledger_row(
+        tenant.project,
+        day=today(),
+        model="gpt-4o",
+        cost="2.00",
+        steps=2,
+        unit="token",
+        reported_cost=Decimal("1.50"),
+        reported_computed_cost=Decimal("1.00"),
+    )
+    client = client_for(tenant.owner)
+    body = client.get(ORG.format(org="acme") + "/spend/?group_by=model").json()
+    (row,) = body["rows"]
+    # Decimal strings like the cost, never floats.
+    assert (row["cost"], row["reported_cost"], row["reported_computed_cost"]) == (
+        "2.000000000",
+        "1.500000000",
+        "1.000000000",
+    )
+    assert (body["totals"]["reported_cost"], body["totals"]["reported_computed_cost"]) == ("1.500000000", "1.000000000")
+    exported = client.get(ORG.format(org="acme") + "/spend/?group_by=model&format=csv").content.decode()
+    (line,) = csv.DictReader(io.StringIO(exported))
+    assert (line["reported_cost_usd"], line["reported_steps_computed_cost_usd"]) == ("1.500000000", "1.000000000")
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The price catalog: matching and priority, versions, organization overrides, drafts,
 unpriced models, tool units, GPU hours, the seed and the audited admin."""
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -8,9 +9,11 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from agentops.errors import InvalidRequest
 from agentops.models import AuditEvent
 from agentops.scoping import dangerously_unscoped, organization_scope
 from billing import seed
+from billing.catalog import price_create
 from billing.models import Price
 from billing.services import gpu_hourly_rate, price_for, prices_changed, step_cost, tool_cost
 from runs.events import StepEvent
@@ -279,7 +282,10 @@ def _form(price: Price, **changes) -> dict:
         "organization": price.organization_id or "",
         "input_per_million": price.input_per_million or "",
         "cached_input_per_million": price.cached_input_per_million or "",
+        "cache_write_per_million": price.cache_write_per_million or "",
         "output_per_million": price.output_per_million or "",
+        "reasoning_output_per_million": price.reasoning_output_per_million or "",
+        "tiers": json.dumps(price.tiers),
         "unit": price.unit,
         "unit_price": price.unit_price or "",
         "hourly": price.hourly or "",
@@ -362,10 +368,10 @@ def test_a_new_version_may_be_given_a_future_effective_time(staff, client):
 
 
 def test_saving_without_changes_adds_no_version(staff, client):
-    old = Price.objects.get(pattern="gpt-4o", match="exact")
+    old = Price.objects.get(pattern="gpt-4.1-mini")
     client.force_login(staff)
     assert client.post(f"/admin/billing/price/{old.pk}/change/", _form(old)).status_code == 302
-    assert Price.objects.filter(pattern="gpt-4o").count() == 1
+    assert Price.objects.filter(pattern="gpt-4.1-mini").count() == 1
 
 
 def test_a_draft_is_edited_in_place_and_audited(staff, tenant, client):
@@ -432,3 +438,30 @@ def test_price_patterns_match_whatever_their_case(db):
     prices_changed()
     cost = step_cost(model="acme-chat-7", input_tokens=1_000_000, cached_input_tokens=0, output_tokens=0)
     assert cost.amount == Decimal("1.000000000")
+
+
+def test_a_price_with_a_tier_below_zero_is_refused_by_the_admin_and_the_catalog(staff, client):
+    old = Price.objects.get(pattern="gpt-4.1-mini")
+    client.force_login(staff)
+    bad_tiers = json.dumps([{"above_input_tokens": -1, "input_per_million": "2"}])
+    response = client.post(f"/admin/billing/price/{old.pk}/change/", _form(old, tiers=bad_tiers))
+    assert response.status_code == 200, "the form is shown again with the error"
+    assert "above_input_tokens must be a whole number from 0" in response.content.decode()
+    assert Price.objects.filter(pattern="gpt-4.1-mini").count() == 1
+    with pytest.raises(InvalidRequest, match="above_input_tokens must be a whole number from 0"):
+        price_create(price=Price(pattern="acme", tiers=[{"above_input_tokens": -5}]), actor=staff)
+    assert not Price.objects.filter(pattern="acme").exists()
+
+
+def test_part_rates_and_tiers_are_versioned_like_any_rate(staff, client):
+    old = Price.objects.get(pattern="gpt-4.1-mini")
+    client.force_login(staff)
+    tiers = json.dumps([{"above_input_tokens": 128000, "input_per_million": "0.80"}])
+    changed = _form(old, cache_write_per_million="0.50", reasoning_output_per_million="2", tiers=tiers)
+    assert client.post(f"/admin/billing/price/{old.pk}/change/", changed).status_code == 302
+    new = Price.objects.filter(pattern="gpt-4.1-mini").latest("pk")
+    assert new.pk != old.pk
+    assert (new.cache_write_per_million, new.reasoning_output_per_million) == (Decimal("0.5"), Decimal("2"))
+    assert new.tiers == [{"above_input_tokens": 128000, "input_per_million": "0.80"}]
+    (event,) = _audit("price.version")
+    assert event.data["changes"]["cache_write_per_million"] == [None, "0.50"]

@@ -299,3 +299,35 @@ def test_reconcile_parser_names_missing_columns_and_sums_rows():
     rows = parse_usage_csv('day,model_id,input,output\n2025-01-01T10:00:00Z,M,1,2\n2025-01-01,m,"1,000",3\n')
     (row,) = rows
     assert (row.model, row.input_tokens, row.output_tokens) == ("m", 1001, 5)
+
+
+def test_a_run_shows_usage_parts_and_reported_beside_computed_cost(staff, tenant, client):
+    run = make_run(tenant.project, started_at=days_ago(1), name="reported")
+    step = make_step(
+        run,
+        model="claude-sonnet-4-5",
+        input_tokens=10_000,
+        cached_input_tokens=6_000,
+        cache_write_input_tokens=2_000,
+        output_tokens=3_000,
+        reasoning_output_tokens=1_000,
+        cost="0.0603",
+        reported_cost=Decimal("0.09"),
+        reported_cost_source="provider",
+    )
+    build_ledger(run)
+    client.force_login(staff)
+    body = client.get(CONSOLE + f"runs/{run.pk}/").content.decode()
+    assert "Reported by the client: <strong>$0.09</strong>" in body and "differs" in body
+    rows = list(csv.DictReader(io.StringIO(client.get(CONSOLE + f"runs/{run.pk}/?format=csv").content.decode())))
+    (row,) = rows
+    assert row["id"] == str(step.pk)
+    assert (row["cache_write_input_tokens"], row["reasoning_output_tokens"]) == ("2000", "1000")
+    assert (row["reported_cost"], row["reported_cost_differs"]) == ("0.090000000", "true")
+    spend = list(csv.DictReader(io.StringIO(client.get(CONSOLE + "spend/?level=model&format=csv").content.decode())))
+    (model_row,) = [row for row in spend if row["model"] == "claude-sonnet-4-5"]
+    assert (model_row["reported_cost"], model_row["reported_computed_cost"], model_row["cost_differs"]) == (
+        "0.090000000",
+        "0.060300000",
+        "true",
+    )

@@ -9,12 +9,14 @@ from django.db import connection, connections, transaction
 from django.db.models import Count, Sum
 
 from agentops.scoping import dangerously_unscoped, organization_scope
+from billing.budgets import budget_cost_set, budget_spend
 from billing.ledger import ledger_mark, ledger_rebuild, ledger_refresh
-from billing.models import LedgerBacklog, RunUsage, UsageDaily
+from billing.models import Budget, LedgerBacklog, RunUsage, UsageDaily
 from billing.tasks import refresh_ledger
 from runs.events import RunEvent, StepEvent
 from runs.ingest import ingest
 from runs.models import Run, Step
+from tests.billing.factories import build_ledger, days_ago, make_run, make_step
 
 DAY1 = datetime(2026, 11, 19, 23, 59, 0, tzinfo=UTC)
 DAY2 = datetime(2026, 11, 20, 0, 0, 30, tzinfo=UTC)
@@ -324,3 +326,32 @@ def test_a_rebuild_keeps_every_category(tenant):
     ledger_rebuild()
     with organization_scope(tenant.organization):
         assert category_totals(organization=tenant.organization, window=window) == before
+
+
+# --- Which cost budgets count --------------------------------------------------------------------
+
+
+def test_the_ledger_counts_the_computed_cost_unless_the_organization_chooses_the_reported_one(tenant):
+    run = make_run(tenant.project, started_at=days_ago(1))
+    make_step(run, model="gpt-4o", input_tokens=10, output_tokens=10, cost="1.00", reported_cost=Decimal("1.50"))
+    make_step(run, model="gpt-4o", input_tokens=10, output_tokens=10, cost="2.00")
+    build_ledger(run)
+    with organization_scope(tenant.organization):
+        row = UsageDaily.objects.get(project=tenant.project)
+    # Computed by default; the reported cost and the computed cost of the same step beside it.
+    assert (row.cost, row.reported_cost, row.reported_computed_cost) == (
+        Decimal("3.00"),
+        Decimal("1.50"),
+        Decimal("1.00"),
+    )
+
+    with organization_scope(tenant.organization):
+        budget_cost_set(organization=tenant.organization, budget_cost="reported", actor=tenant.owner)
+    build_ledger(run)
+    with organization_scope(tenant.organization):
+        row = UsageDaily.objects.get(project=tenant.project)
+    # The reported cost where a step has one, the computed cost where it has none.
+    assert (row.cost, row.reported_cost) == (Decimal("3.50"), Decimal("1.50"))
+    with organization_scope(tenant.organization):
+        budget = Budget.objects.create(organization=tenant.organization, name="all", amount=Decimal("100"))
+        assert budget_spend(budget)["spend"] == Decimal("3.50")

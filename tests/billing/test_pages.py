@@ -281,3 +281,48 @@ def test_billing_splits_spend_into_categories_with_tools_by_unit_and_shows_energ
         ("tts", "tool", "character"),
         ("calculator", "tool", ""),
     }
+
+
+# --- Reported cost beside computed cost ----------------------------------------------------------
+
+
+def test_the_page_shows_reported_beside_computed_cost_and_flags_a_difference(tenant, client):
+    ledger_row(
+        tenant.project,
+        day=today(),
+        model="gpt-4o",
+        cost="2.00",
+        steps=2,
+        reported_cost=Decimal("1.50"),
+        reported_computed_cost=Decimal("1.00"),
+    )
+    ledger_row(
+        tenant.project,
+        day=today(),
+        model="gpt-4.1",
+        cost="1.00",
+        steps=1,
+        reported_cost=Decimal("1.01"),
+        reported_computed_cost=Decimal("1.00"),
+    )
+    client.force_login(tenant.owner)
+    response = client.get(URL)
+    rows = {row["model"]: row for row in response.context["table"]}
+    assert rows["gpt-4o"]["cost_differs"] and not rows["gpt-4.1"]["cost_differs"], "1 % is within the 5 % tolerance"
+    body = response.content.decode()
+    assert 'id="total-reported-cost">$2.51' in body and "computed for the same steps: $2.00 · differs" in body
+    assert "cost computed by the platform from the price catalog" in body
+    exported = list(csv.DictReader(io.StringIO(client.get(URL + "?format=csv").content.decode())))
+    by_model = {row["model"]: row for row in exported}
+    assert (by_model["gpt-4o"]["reported_cost_usd"], by_model["gpt-4o"]["cost_differs"]) == ("1.500000000", "true")
+
+
+def test_owners_choose_which_cost_budgets_count_and_others_cannot(tenant, client):
+    for role in ("member", "viewer"):
+        client.force_login(tenant.user(role))
+        assert client.post(URL + "budget-cost/", {"budget_cost": "reported"}).status_code == 403
+    client.force_login(tenant.owner)
+    bad = client.post(URL + "budget-cost/", {"budget_cost": "whatever"})
+    assert bad.status_code == 400 and "computed or reported" in bad.json()["error"]
+    assert client.post(URL + "budget-cost/", {"budget_cost": "reported"}).status_code == 302
+    assert "cost reported by clients" in client.get(URL).content.decode()

@@ -135,3 +135,38 @@ def test_recompute_refuses_tool_prices_and_empty_ranges(draft_price, db):
     draft_price.kind = Price.Kind.TOOL
     with pytest.raises(InvalidRequest):
         preview_recompute(draft_price, start, end + timedelta(days=1))
+
+
+def test_recompute_prices_each_part_and_tier_with_the_new_version(tenant):
+    run = make_run(tenant.project, started_at=days_ago(2))
+    small = make_step(
+        run,
+        model="acme-reasoner",
+        input_tokens=1_000,
+        cached_input_tokens=400,
+        cache_write_input_tokens=100,
+        output_tokens=500,
+        reasoning_output_tokens=300,
+        cost="1",
+    )
+    large = make_step(run, model="acme-reasoner", input_tokens=2_000_000, output_tokens=0, cost="1")
+    build_ledger(run)
+    price = Price.objects.create(
+        kind=Price.Kind.LLM,
+        pattern="acme-reasoner",
+        input_per_million=Decimal("2"),
+        cached_input_per_million=Decimal("0.5"),
+        cache_write_per_million=Decimal("4"),
+        output_per_million=Decimal("8"),
+        reasoning_output_per_million=Decimal("6"),
+        tiers=[{"above_input_tokens": 1_000_000, "input_per_million": "3"}],
+        status=Price.Status.DRAFT,
+    )
+    (row,) = preview_recompute(price, *window())
+    apply_recompute(price=price, starts_at=window()[0], ends_at=window()[1], actor=UserFactory(is_staff=True))
+    small.refresh_from_db()
+    large.refresh_from_db()
+    assert small.cost == (500 * Decimal(2) + 400 * Decimal("0.5") + 100 * Decimal(4) + 200 * 8 + 300 * 6) / 10**6
+    assert large.cost == 2_000_000 * Decimal(3) / 10**6, "above the tier's threshold: its input rate"
+    assert row["new_total"] == small.cost + large.cost
+    assert Run.dangerously_unscoped_objects.get(pk=run.pk).total_cost == small.cost + large.cost

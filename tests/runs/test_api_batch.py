@@ -668,3 +668,70 @@ def test_batch_with_huge_token_counts_is_refused_per_event_not_a_5xx(tenant, key
     results = response.json()["results"]
     assert {(r["status"], r["code"]) for r in results} == {(400, "invalid")}
     assert results[0]["error"]["message"].startswith("input_tokens:")
+
+
+# --- Usage parts and reported cost ---------------------------------------------------------------
+
+# After the catalog's part rates took effect (2026-11-25).
+PRICED_AT = "2026-11-26T10:00:00Z"
+
+
+def test_usage_parts_and_a_reported_cost_are_stored_and_each_token_priced_once(tenant, ingest_client, read_client):
+    step = {
+        "type": "step",
+        "id": "call",
+        "run_id": "r",
+        "kind": "llm",
+        "model": "o3-2025-04-16",
+        "started_at": PRICED_AT,
+        "ended_at": PRICED_AT,
+        "input_tokens": 10_000,
+        "cached_input_tokens": 4_000,
+        "cache_write_input_tokens": 1_000,
+        "output_tokens": 5_000,
+        "reasoning_output_tokens": 4_000,
+        "modality_tokens": {"input": {"Image": 800}},
+        "reported_cost": "0.054",
+        "reported_cost_source": "provider",
+    }
+    response = send(ingest_client, [{"type": "run", "id": "r"}, step])
+    assert statuses(response) == [(201, "created"), (201, "created")]
+    with organization_scope(tenant.organization):
+        stored = Step.objects.get(project=tenant.project, span_id="call")
+    # OpenAI's o3 rates: 5,000 uncached and 1,000 written at $2, 4,000 cached at $0.50,
+    # 1,000 output and 4,000 reasoning at $8 per million.
+    assert stored.cost == Decimal("0.054")
+    assert (stored.reported_cost, stored.reported_cost_currency, stored.reported_cost_source) == (
+        Decimal("0.054"),
+        "USD",
+        "provider",
+    )
+    assert not stored.reported_cost_differs
+    assert stored.modality_tokens == {"input": {"image": 800}}
+    run = stored_run(tenant, "r")
+    detail = read_client.get(f"/api/v1/projects/{tenant.organization.slug}/{tenant.project.slug}/runs/{run.pk}/").json()
+    assert (detail["cache_write_input_tokens"], detail["reasoning_output_tokens"]) == (1_000, 4_000)
+    assert Decimal(detail["reported_cost"]) == Decimal("0.054") == Decimal(detail["total_cost"])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"cache_write_input_tokens": -1}, "cache_write_input_tokens: Ensure this value is greater than or equal to 0"),
+        ({"reasoning_output_tokens": "12"}, "reasoning_output_tokens: A valid integer is required"),
+        ({"modality_tokens": {"input": {"image": -3}}}, "modality_tokens: input.image: -3 is not a token count"),
+        ({"modality_tokens": {"sideways": {}}}, "modality_tokens: 'sideways': must be input or output"),
+        ({"reported_cost": -0.5}, "reported_cost: cost -0.5 is not an amount"),
+        ({"reported_cost": "cheap"}, "reported_cost: cost 'cheap' is not an amount"),
+        ({"reported_cost": 1, "reported_cost_currency": "ZZZ"}, "reported_cost: unknown currency 'ZZZ'"),
+    ],
+)
+def test_bad_usage_or_cost_is_invalid_for_its_event_only(tenant, ingest_client, fields, message):
+    step = {"type": "step", "id": "s", "run_id": "r", "model": "gpt-4o", **fields}
+    response = send(ingest_client, [step, {"type": "run", "id": "r"}])
+    assert response.status_code == 207
+    bad, good = response.json()["results"]
+    assert (bad["status"], bad["code"]) == (400, "invalid")
+    assert bad["error"]["message"].startswith(message), bad["error"]["message"]
+    assert (good["status"], good["code"]) == (201, "created")
+    assert row_counts(tenant)["Step"] == 0

@@ -2,6 +2,7 @@
 time limits of the call, and a cancellation while the model streams its answer."""
 
 import time
+from decimal import Decimal
 
 import pytest
 
@@ -121,3 +122,26 @@ def test_a_model_endpoint_that_refuses_connections_fails_the_run_after_a_few_att
     assert run.error.startswith(f"step 1: calling Mistral failed: cannot connect to http://127.0.0.1:{port} (")
     assert "Connection refused" in run.error and run.error.endswith("; 3 attempts)")
     assert failing.status == "error"
+
+
+def test_mistral_cached_and_reasoning_tokens_are_stored_on_the_step_and_priced_once(tenant, fake_mistral):
+    body = completion(content="42", model="magistral-medium-2509", prompt_tokens=2_000, completion_tokens=300)
+    body["usage"]["prompt_tokens_details"] = {"cached_tokens": 500}
+    body["usage"]["completion_tokens_details"] = {"reasoning_tokens": 200}
+    fake_mistral.reply(body)
+    with organization_scope(tenant.organization):
+        use_fake_mistral(tenant, fake_mistral)
+        run = start_run(tenant, model="magistral-medium-2509", tools=[])
+        run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        step = Step.objects.get(run=run, span_id="llm-1")
+    assert run.status == "succeeded"
+    assert (step.input_tokens, step.cached_input_tokens, step.output_tokens, step.reasoning_output_tokens) == (
+        2_000,
+        500,
+        300,
+        200,
+    )
+    # Magistral Medium: $2 input (no cache rate published), $5 output, reasoning included.
+    assert step.cost == (2_000 * Decimal("2") + 300 * Decimal("5")) / 1_000_000
+    assert run.reasoning_output_tokens == 200

@@ -4,6 +4,7 @@ deprecated names and tool spans, Langfuse, and what spans hint about their run."
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
@@ -331,3 +332,122 @@ def test_root_spans_come_first_so_their_hints_win():
         )
     )
     assert [step.run_hints["agent_name"] for step in batch.steps] == ["main-agent", "sub-agent"]
+
+
+# --- Usage parts and reported cost ---------------------------------------------------------------
+
+
+def test_current_usage_attributes_give_cache_writes_reasoning_and_modalities():
+    step = step_of(
+        make_span(
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "claude-sonnet-4-5",
+                "gen_ai.usage.input_tokens": 10_000,
+                "gen_ai.usage.cache_read.input_tokens": 6_000,
+                "gen_ai.usage.cache_creation.input_tokens": 2_000,
+                "gen_ai.usage.output_tokens": 3_000,
+                "gen_ai.usage.reasoning.output_tokens": 1_000,
+                "gen_ai.usage.image.input_tokens": 1_500,
+                "gen_ai.usage.output_tokens.audio": 40,
+            }
+        )
+    )
+    assert (step.input_tokens, step.cached_input_tokens, step.cache_write_input_tokens) == (10_000, 6_000, 2_000)
+    assert (step.output_tokens, step.reasoning_output_tokens) == (3_000, 1_000)
+    assert step.modality_tokens == {"input": {"image": 1_500}, "output": {"audio": 40}}
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [
+        # The pending rename of cache_creation, and OpenInference's names.
+        ({"gen_ai.usage.cache_write.input_tokens": 7}, (7, 0)),
+        (
+            {
+                "llm.token_count.prompt_details.cache_write": 5,
+                "llm.token_count.completion_details.reasoning": 9,
+            },
+            (5, 9),
+        ),
+        # Langfuse's usage details.
+        (
+            {
+                "langfuse.observation.usage_details": json.dumps(
+                    {"input": 100, "output": 50, "cache_creation_input_tokens": 30, "output_reasoning": 20}
+                )
+            },
+            (30, 20),
+        ),
+    ],
+)
+def test_other_vocabularies_name_cache_writes_and_reasoning_too(attributes, expected):
+    step = step_of(make_span({"gen_ai.request.model": "gpt-4o", "gen_ai.usage.input_tokens": 100, **attributes}))
+    assert (step.cache_write_input_tokens, step.reasoning_output_tokens) == expected
+
+
+def test_usage_and_cost_on_the_operation_details_event_are_read_and_the_span_wins():
+    step = step_of(
+        make_span(
+            {"gen_ai.request.model": "gpt-4o", "gen_ai.usage.input_tokens": 100},
+            events=[
+                (
+                    "gen_ai.client.inference.operation.details",
+                    T0,
+                    {
+                        "gen_ai.usage.input_tokens": 999,
+                        "gen_ai.usage.cache_creation.input_tokens": 40,
+                        "gen_ai.usage.cost.amount": 0.0025,
+                        "gen_ai.usage.cost.currency": "USD",
+                        "gen_ai.usage.cost.source": "provider",
+                    },
+                )
+            ],
+        )
+    )
+    assert (step.input_tokens, step.cache_write_input_tokens) == (100, 40)
+    assert (step.reported_cost, step.reported_cost_currency, step.reported_cost_source) == (
+        Decimal("0.0025"),
+        "USD",
+        "provider",
+    )
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [
+        ({"gen_ai.usage.cost": 0.5}, (Decimal("0.5"), "USD", "")),
+        ({"gen_ai.usage.cost": "0.000123", "gen_ai.usage.cost.currency": "usd"}, (Decimal("0.000123"), "USD", "")),
+        (
+            {"gen_ai.usage.cost": {"amount": 2, "currency": "USD", "source": "local"}},
+            (Decimal("2"), "USD", "local"),
+        ),
+        ({}, (None, "", "")),
+    ],
+)
+def test_a_reported_cost_is_read_in_each_shape_clients_send(attributes, expected):
+    step = step_of(make_span({"gen_ai.request.model": "gpt-4o", **attributes}))
+    assert (step.reported_cost, step.reported_cost_currency, step.reported_cost_source) == expected
+
+
+@pytest.mark.parametrize(
+    ("attributes", "problem"),
+    [
+        ({"gen_ai.usage.cache_creation.input_tokens": -5}, "gen_ai.usage.cache_creation.input_tokens: -5"),
+        ({"gen_ai.usage.reasoning.output_tokens": "lots"}, "gen_ai.usage.reasoning.output_tokens: 'lots'"),
+        ({"gen_ai.usage.image.input_tokens": 1.5}, "gen_ai.usage.image.input_tokens: 1.5"),
+        ({"gen_ai.usage.cost": -0.01}, "gen_ai.usage.cost: cost -0.01 is not an amount"),
+        ({"gen_ai.usage.cost": "free"}, "gen_ai.usage.cost: cost 'free' is not an amount"),
+        ({"gen_ai.usage.cost": True}, "gen_ai.usage.cost: cost True is not an amount"),
+        (
+            {"gen_ai.usage.cost": 0.01, "gen_ai.usage.cost.currency": "XYZ"},
+            "gen_ai.usage.cost: unknown currency 'XYZ'",
+        ),
+    ],
+)
+def test_bad_usage_or_cost_rejects_the_span_and_keeps_the_others(attributes, problem):
+    good = make_span({"gen_ai.request.model": "gpt-4o", "gen_ai.usage.input_tokens": 10}, span_id=CHILD, parent=ROOT)
+    bad = make_span({"gen_ai.request.model": "gpt-4o", **attributes})
+    batch = map_traces(make_request(bad, good))
+    assert batch.rejected == 1 and problem in batch.problems[0]
+    assert [step.span_id for step in batch.steps] == [CHILD.hex()]

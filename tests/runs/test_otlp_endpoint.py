@@ -10,6 +10,7 @@ import io
 import json
 import math
 import zlib
+from decimal import Decimal
 
 import pytest
 from django.db import InterfaceError, OperationalError, connection
@@ -671,3 +672,72 @@ async def test_a_chunked_body_without_content_length_is_read_under_asgi(tenant, 
     assert sent[0]["status"] == 200
     assert {name.lower(): value for name, value in sent[0]["headers"]}[b"content-type"] == PROTOBUF.encode()
     assert stored == (1, 3, 1, 1, 1)
+
+
+# --- Usage parts and reported cost ---------------------------------------------------------------
+
+# After the catalog's part rates took effect (2026-11-25).
+PRICED = T0 + 7 * 24 * 3600 * SECOND
+
+
+def test_usage_parts_and_a_reported_cost_are_stored_each_token_priced_once(client, tenant, key):
+    span = make_span(
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "claude-sonnet-4-5",
+            "gen_ai.usage.input_tokens": 10_000,
+            "gen_ai.usage.cache_read.input_tokens": 6_000,
+            "gen_ai.usage.cache_creation.input_tokens": 2_000,
+            "gen_ai.usage.output_tokens": 3_000,
+            "gen_ai.usage.reasoning.output_tokens": 1_000,
+            "gen_ai.usage.cost.amount": 0.07,
+            "gen_ai.usage.cost.currency": "USD",
+            "gen_ai.usage.cost.source": "provider",
+        },
+        start=PRICED,
+        end=PRICED + SECOND,
+    )
+    response = post(client, make_request(span).SerializeToString(), key)
+    assert response.status_code == 200
+    with organization_scope(tenant.organization):
+        step = Step.objects.get(project=tenant.project)
+        run = Run.objects.get(project=tenant.project)
+    # Anthropic's rates: 2,000 at $3, 6,000 read at $0.30, 2,000 written at $3.75,
+    # 2,000 output and 1,000 thinking at $15 per million.
+    assert step.cost == Decimal("0.0603")
+    assert (step.reported_cost, step.reported_cost_source) == (Decimal("0.07"), "provider")
+    assert step.reported_cost_differs, "0.07 is more than 5 % away from 0.0603"
+    assert (run.cache_write_input_tokens, run.reasoning_output_tokens) == (2_000, 1_000)
+    assert (run.total_cost, run.reported_cost, run.reported_steps_computed_cost) == (
+        Decimal("0.0603"),
+        Decimal("0.07"),
+        Decimal("0.0603"),
+    )
+
+
+def test_spans_with_bad_usage_or_cost_are_rejected_in_partial_success_and_the_others_stored(client, tenant, key):
+    request = agent_trace()
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans.add().CopyFrom(
+        make_span(
+            {"gen_ai.request.model": "gpt-4o", "gen_ai.usage.reasoning.output_tokens": -1},
+            span_id=bytes.fromhex("0102030405060708"),
+            parent=ROOT,
+        )
+    )
+    spans.add().CopyFrom(
+        make_span(
+            {"gen_ai.request.model": "gpt-4o", "gen_ai.usage.cost": 1, "gen_ai.usage.cost.currency": "DOGE"},
+            span_id=bytes.fromhex("0102030405060709"),
+            parent=ROOT,
+        )
+    )
+
+    response = post(client, request.SerializeToString(), key)
+
+    assert response.status_code == 200
+    partial = ExportTraceServiceResponse.FromString(response.content).partial_success
+    assert partial.rejected_spans == 2
+    assert "gen_ai.usage.reasoning.output_tokens: -1 is not a token count" in partial.error_message
+    assert "unknown currency 'DOGE'" in partial.error_message
+    assert counts(tenant.project)[:2] == (1, 3)

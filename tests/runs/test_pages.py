@@ -9,7 +9,7 @@ import asyncio
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from urllib.parse import urlencode
 
@@ -1239,3 +1239,40 @@ def test_the_dashboard_splits_the_projects_spend_into_categories(signed_in, tena
     }
     body = response.content.decode()
     assert 'id="dashboard-categories"' in body and "per character" in body
+
+
+def test_the_run_page_shows_usage_parts_and_the_reported_beside_the_computed_cost(signed_in, tenant):
+    at = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
+    step = StepEvent(
+        trace_id="reported",
+        span_id="llm-1",
+        kind="llm",
+        model="claude-sonnet-4-5",
+        started_at=at,
+        ended_at=at + timedelta(seconds=1),
+        input_tokens=10_000,
+        cached_input_tokens=6_000,
+        cache_write_input_tokens=2_000,
+        output_tokens=3_000,
+        reasoning_output_tokens=1_000,
+        modality_tokens={"input": {"image": 1_500}},
+        reported_cost=Decimal("0.09"),
+        reported_cost_currency="USD",
+        reported_cost_source="provider",
+    )
+    with organization_scope(tenant.organization):
+        ingest(project=tenant.project, runs=[RunEvent(trace_id="reported")], steps=[step])
+        run = Run.objects.get(trace_id="reported")
+        stored = Step.objects.get(run=run)
+    client = signed_in(tenant.viewer)
+
+    page = text(client.get(f"{BASE}/{run.pk}/"))
+    assert 'id="run-reported-cost">$0.09' in page
+    assert "computed for those steps: $0.0603 · differs" in page
+    assert "6,000 cached 2,000 cache write 1,000 reasoning" in page
+    panel = text(client.get(f"{BASE}/{run.pk}/steps/{stored.pk}/", **HTMX))
+    assert (
+        "10,000 in (6,000 cached, 2,000 written to the cache) · 3,000 out (1,000 reasoning) · 1,500 image input"
+        in panel
+    )
+    assert "differs from the computed cost" in panel
