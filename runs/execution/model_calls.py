@@ -57,52 +57,65 @@ def ask_model(
             on_text=_beating(run, stream.write, chunks),
         )
     except CallAbandoned:  # cancelled while the model was writing its answer
-        stream.close()
-        chunks.flush()
-        with transaction.atomic():
-            write(
-                run,
-                steps=[
-                    llm_step(
-                        run,
-                        f"llm-{step}",
-                        f"chat {spec.model}",
-                        ROOT_SPAN,
-                        provider,
-                        spec,
-                        started,
-                        input={"messages": state["conversation"]},
-                        error="cancelled while the model was answering",
-                    )
-                ],
-            )
-            finish_run(run, status=Run.Status.CANCELLED, error="cancelled")
+        _end_with_failed_call(
+            run,
+            state,
+            step=step,
+            spec=spec,
+            provider=provider,
+            started=started,
+            stream=stream,
+            chunks=chunks,
+            error="cancelled while the model was answering",
+            status=Run.Status.CANCELLED,
+            run_error="cancelled",
+        )
         return None
     except ProviderError as exc:
-        stream.close()
-        chunks.flush()
-        with transaction.atomic():  # the failed call and the run's end, together
-            write(
-                run,
-                steps=[
-                    llm_step(
-                        run,
-                        f"llm-{step}",
-                        f"chat {spec.model}",
-                        ROOT_SPAN,
-                        provider,
-                        spec,
-                        started,
-                        input={"messages": state["conversation"]},
-                        error=str(exc),
-                    )
-                ],
-            )
-            finish_run(run, status=Run.Status.FAILED, error=f"step {step}: {exc}")
+        _end_with_failed_call(
+            run,
+            state,
+            step=step,
+            spec=spec,
+            provider=provider,
+            started=started,
+            stream=stream,
+            chunks=chunks,
+            error=str(exc),
+            status=Run.Status.FAILED,
+            run_error=f"step {step}: {exc}",
+        )
         return None
     stream.close()
     chunks.flush()
     return result
+
+
+def _end_with_failed_call(
+    run: Run, state: dict, *, step, spec, provider, started, stream, chunks, error: str, status, run_error: str
+) -> None:
+    """Store the call that did not answer as a failed ``llm`` step and end the run, in one
+    transaction (a worker killed in between must not leave a run that asks again)."""
+    stream.close()
+    chunks.flush()
+    with transaction.atomic():
+        write(
+            run,
+            steps=[
+                llm_step(
+                    run,
+                    f"llm-{step}",
+                    f"chat {spec.model}",
+                    ROOT_SPAN,
+                    provider,
+                    spec,
+                    started,
+                    input={"messages": state["conversation"]},
+                    error=error,
+                )
+            ],
+        )
+        finish_run(run, status=status, error=run_error)
 
 
 def _beating(run: Run, write_piece, chunks: ChunkBuffer):
