@@ -374,3 +374,36 @@ def test_json_body_of_an_action_is_the_apis_error_shape(signed_in, tenant):
     body = signed_in(tenant.member).post(f"{BASE}/{session.pk}/undo/", **JSON).json()
     assert set(body["error"]) == {"code", "message", "details"} and body["error"]["code"] == "conflict"
     assert json.dumps(body)
+
+
+def test_the_demo_session_opens_on_the_chat_page(signed_in, tenant):
+    from django.core.management import call_command
+
+    from runs.services.demo import DEMO_SESSION, DEMO_SESSION_MESSAGES
+
+    call_command("seed_demo_runs", "acme/agent")
+    with organization_scope(tenant.organization):
+        session = Session.objects.get(title=DEMO_SESSION)
+    page = text(signed_in(tenant.viewer).get(f"{BASE}/{session.pk}/"))
+    assert DEMO_SESSION in page
+    assert all(message in page for message in DEMO_SESSION_MESSAGES)
+    assert page.count('data-state="succeeded"') == 3
+
+
+def test_the_page_costs_the_same_queries_whatever_the_number_of_turns(signed_in, tenant):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    session = _session(tenant, tools=["calculator"])
+    client = signed_in(tenant.viewer)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(f"{BASE}/{session.pk}/").status_code == 200
+        return len(captured)
+
+    _send_and_run(tenant, session, "What is 6 * 7?")
+    one = queries()
+    for question in ("And 2 * 3?", "And 5 * 5?"):
+        _send_and_run(tenant, session, question)
+    assert queries() == one
