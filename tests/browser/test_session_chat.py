@@ -9,12 +9,16 @@ following it."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 
 import pytest
 
 from agentops.scoping import organization_scope
 from runs.models import Run, Session
 from runs.services.agents import agent_create
+from runs.services.sessions import session_create
 from tests.browser.conftest import chromium_page, wait_until
 from tests.browser.test_live_updates import asgi_server  # noqa: F401 - the uvicorn fixture, reused
 from tests.browser.test_runs_pages import _console_errors, _sign_in
@@ -202,3 +206,82 @@ def test_a_session_in_the_chat_page(
     ]
     assert any("a person rejected this call: do it in your head" in content for content in rejected)
     assert any(json.loads(content).get("result") == 42 for content in rejected if content.startswith("{"))
+
+
+class RestartableServer:
+    """The ASGI application under uvicorn on one loopback port, which a test can stop
+    (its open streams cut, as when a web process dies) and start again on the same port."""
+
+    def __init__(self):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = self.thread = None
+
+    def start(self) -> None:
+        import uvicorn
+
+        from agentops.asgi import application
+
+        config = uvicorn.Config(
+            application,
+            host="127.0.0.1",
+            port=self.port,
+            lifespan="off",
+            log_level="warning",
+            timeout_graceful_shutdown=1,  # open event streams never end by themselves
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+@pytest.fixture
+def restartable_server(transactional_db):
+    server = RestartableServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_the_chat_resumes_after_its_connection_is_lost_mid_answer(
+    restartable_server, celery_worker, fake_mistral, tenant
+):
+    answer = " ".join(f"part{index}" for index in range(90)) + " <done>"
+    fake_mistral.reply(completion(content=answer), delay=0.5, chunk_delay=0.2)
+    with organization_scope(tenant.organization):
+        fake_mistral.serve(tenant.organization)
+        agent = agent_create(project=tenant.project, actor=tenant.member, name="writer", model="mistral-large-latest")
+        session = session_create(project=tenant.project, agent=agent, actor=tenant.member, title="Resumed")
+
+    server = restartable_server
+    with chromium_page() as page:
+        _sign_in(page, server.url, tenant.member)
+        page.goto(f"{server.url}/o/acme/p/agent/runs/chat/{session.pk}/")
+        script_errors = []
+        page.on("pageerror", lambda error: script_errors.append(str(error)))
+        page.evaluate("window.__not_reloaded = true")
+        wait_until(page, "document.getElementById('chat-connection').dataset.state === 'open'")
+        send(page, "Write ninety words.")
+        wait_until(page, f"{turn(1)}.querySelector('.chat-answer').textContent.includes('part3 ')", timeout=30_000)
+
+        server.stop()  # the stream is cut while the model goes on writing
+        wait_until(page, "document.getElementById('chat-connection').dataset.state === 'retrying'")
+        server.start()
+        wait_until(page, "document.getElementById('chat-connection').dataset.state === 'open'")
+
+        state_is(page, 1, "succeeded")
+        wait_until(page, f"{turn(1)}.querySelector('.chat-answer').textContent.includes('<done>')")
+        assert answer_of(page, 1).split() == answer.split(), "nothing missed or shown twice across the cut"
+        assert page.evaluate("window.__not_reloaded") is True, "the page resumed by itself"
+        assert script_errors == []
