@@ -2,7 +2,18 @@
 
 from django.urls import path, register_converter
 
-from runs.views import agents, approvals, compare, dashboard, replays, run_detail, runs_list, sessions, settings
+from runs.views import (
+    agents,
+    approvals,
+    compare,
+    dashboard,
+    replays,
+    run_detail,
+    runs_list,
+    sessions,
+    settings,
+    trajectories,
+)
 
 
 class SessionIdConverter:
@@ -31,6 +42,15 @@ urlpatterns = [
     path("settings/", settings.IngestSettingsPage.as_view(), name="settings"),
     path("sessions/", sessions.SessionsPage.as_view(), name="sessions"),
     path("sessions/<session_id:session_id>/", sessions.SessionDetailPage.as_view(), name="session"),
+    # A conversation's id is the agent's own text (any characters): a query parameter,
+    # so no conversation id can shadow the route.
+    path("trajectory/", trajectories.ConversationTrajectoryDownload.as_view(), name="conversation_trajectory"),
+    path(
+        "agent-sessions/<int:session_id>/trajectory/",
+        trajectories.AgentSessionTrajectoryDownload.as_view(),
+        name="agent_session_trajectory",
+    ),
+    path(f"{run}/trajectory/", trajectories.RunTrajectoryDownload.as_view(), name="trajectory"),
     path(f"{run}/", run_detail.RunDetailPage.as_view(), name="detail"),
     path(f"{run}/live/", run_detail.RunLiveFragment.as_view(), name="detail_live"),
     path(f"{run}/steps/<int:step_id>/", run_detail.StepPanelFragment.as_view(), name="step"),
