@@ -10,6 +10,8 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient
 
 from agentops.scoping import organization_scope
 from runs import trajectories
@@ -329,3 +331,19 @@ def test_a_turn_s_run_page_links_to_its_session_s_trajectory(tenant, signed_in, 
     assert client.get("/o/acme/p/agent/runs/agent-sessions/999999/trajectory/").status_code == 404
     outsider = signed_in(other_tenant.owner)
     assert outsider.get(link[1]).status_code == 404
+
+
+def test_under_asgi_the_download_is_an_async_stream(tenant, chat):
+    """Under ASGI the body is an async iterator, one run per chunk (Django would read a
+    synchronous one to its end, in memory, before sending the first byte)."""
+    client = AsyncClient()
+    client.force_login(tenant.viewer)
+
+    async def fetch():
+        response = await client.get(f"{SESSIONS}{chat['id']}/trajectory/")
+        assert response.is_async
+        return response.status_code, [chunk async for chunk in response.streaming_content]
+
+    status, chunks = async_to_sync(fetch)()
+    assert status == 200
+    assert [json.loads(chunk)["turn"] for chunk in chunks] == [1, 2], "one line per chunk"
