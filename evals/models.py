@@ -407,15 +407,17 @@ class WandbCursor(TenantModel):
 
 
 class ExportDestination(TenantModel):
-    """Where an organization's exports go: a folder under the operator's EXPORT_ROOT or
-    an S3-compatible bucket. ``config`` holds the kind's plain settings (path; endpoint
-    URL, bucket, prefix, region); ``credentials_ciphertext`` the kind's secrets (an
-    access key and its secret) as one encrypted JSON object, covered by key rotation.
+    """Where an organization's exports go: a folder under the operator's EXPORT_ROOT, an
+    S3-compatible bucket or a Hugging Face Hub account. ``config`` holds the kind's plain
+    settings (path; endpoint URL, bucket, prefix, region; Hub endpoint, namespace);
+    ``credentials_ciphertext`` the kind's secrets (an access key and its secret; a Hub
+    token) as one encrypted JSON object, covered by key rotation.
     Each kind is a class in ``evals.bulk_export.destinations``."""
 
     class Kind(models.TextChoices):
         FOLDER = "folder", "Folder on the server"
         S3 = "s3", "S3-compatible bucket"
+        HF_HUB = "hf_hub", "Hugging Face Hub"
 
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=16, choices=Kind.choices)
@@ -483,6 +485,9 @@ class ExportJob(TenantModel):
     start_date = models.DateField()
     end_date = models.DateField(help_text="Inclusive: the export covers whole UTC days.")
     tables = models.JSONField(default=list, blank=True)
+    options = models.JSONField(
+        default=dict, blank=True, help_text="The kind's settings (a Hub push: repository, visibility, what to push)."
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     attempt = models.PositiveIntegerField(default=1)
     retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries")

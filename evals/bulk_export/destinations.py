@@ -13,6 +13,8 @@ class; the services, API and pages read the registry.
   and before each export. botocore never follows an HTTP redirect (a redirect answer
   fails the export, so the credentials reach only the checked endpoint). Each file is
   written to a temporary file on the worker, then uploaded (multipart above 8 MiB).
+- ``hf_hub``: a Hugging Face Hub account (endpoint, namespace, token) that the Hub export
+  kinds push dataset repositories to (``evals.hub``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from agentops import crypto
 from agentops.errors import InvalidRequest
 from agentops.netguard import UnsafeUrlError, check_outbound_url
 from evals.bulk_export.errors import ExportFailed
+from evals.hub import HUB_DESTINATION_KIND, NAME_PATTERN
 
 # write(file) writes the whole file to a binary file object and returns anything.
 Writer = Callable[[object], object]
@@ -292,4 +295,42 @@ class S3Target(Target):
         return f"s3://{self.bucket}/{key}", size
 
 
-DESTINATION_KINDS: dict[str, DestinationKind] = {kind.kind: kind for kind in (FolderDestination(), S3Destination())}
+# -- Hugging Face Hub -----------------------------------------------------------------------
+
+
+class HubDestination(DestinationKind):
+    """A Hugging Face Hub account: its endpoint (``https://huggingface.co`` unless set),
+    an optional namespace (the user or organization repositories named without one go
+    to) and a token, stored encrypted. The endpoint passes the SSRF guard when saved and
+    before each use. Only the Hub kinds (``evals.bulk_export.hub_kinds``) write here,
+    through ``evals.hub``; each export names its repository."""
+
+    kind = HUB_DESTINATION_KIND
+    label = "Hugging Face Hub"
+    config_fields = ("endpoint", "namespace")
+    credential_fields = ("token",)
+
+    def clean(self, config, credentials):
+        cleaned, secrets = super().clean(config, credentials)
+        if cleaned["endpoint"]:
+            try:
+                check_outbound_url(cleaned["endpoint"])
+            except UnsafeUrlError as exc:
+                raise InvalidRequest(f"endpoint: {exc}") from None
+            cleaned["endpoint"] = cleaned["endpoint"].rstrip("/")
+        if cleaned["namespace"] and not NAME_PATTERN.match(cleaned["namespace"]):
+            raise InvalidRequest("namespace must be a Hugging Face user or organization name")
+        token = secrets["token"].strip()
+        if not token:
+            raise InvalidRequest("a Hugging Face destination needs a token (credentials.token)")
+        if any(character.isspace() for character in token):
+            raise InvalidRequest("the Hugging Face token must not contain spaces")
+        return cleaned, {"token": token}
+
+    def open(self, destination, *, folder):
+        raise ExportFailed("a Hugging Face Hub destination takes Hub exports only (dataset, results, leaderboard)")
+
+
+DESTINATION_KINDS: dict[str, DestinationKind] = {
+    kind.kind: kind for kind in (FolderDestination(), S3Destination(), HubDestination())
+}

@@ -25,22 +25,17 @@ Choices:
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterable
 
 import httpx2
-from huggingface_hub import HfApi, set_client_factory
+from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError, JobNotFoundError
 
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
+from agentops.hf_client import DEFAULT_ENDPOINT, AddressRefused, RedirectRefused, hub_api, redact
 from agentops.netguard import UnsafeUrlError, check_outbound_url
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
-
-DEFAULT_ENDPOINT = "https://huggingface.co"
-# huggingface_hub's shared HTTP client has no timeout at all; a Hub that stops answering
-# would hold a worker forever. Streams (logs, metrics) pass their own shorter timeout.
-REQUEST_TIMEOUT_SECONDS = 30.0
 
 STAGES = {
     "SCHEDULING": "pending",
@@ -58,38 +53,6 @@ NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 EXIT_CODE_PATTERN = re.compile(r"exit(?:ed with)?[ _-]?(?:code|status)[ :=]*(-?\d+)", re.IGNORECASE)
 
-_client_lock = threading.Lock()
-_client_configured = False
-
-
-def _bounded_client_factory() -> httpx2.Client:
-    # The library's default client, with a timeout instead of none, and no redirects:
-    # every request carries the organization's token (and run_job the job's secrets),
-    # and a redirect would take them to an address the outbound URL check never saw.
-    # (This backend is the platform's only user of huggingface_hub: no download relies
-    # on the redirects the library follows by default.)
-    from huggingface_hub.utils._http import default_client_factory
-
-    client = default_client_factory()
-    client.timeout = httpx2.Timeout(REQUEST_TIMEOUT_SECONDS)
-    client.follow_redirects = False
-    # huggingface_hub takes a redirect it did not follow for a success: refuse it here.
-    client.event_hooks = {**client.event_hooks, "response": [*client.event_hooks["response"], _refuse_redirect]}
-    return client
-
-
-class RedirectRefused(httpx2.HTTPError):
-    """The Hub answered a redirect, which is never followed."""
-
-    def __init__(self, status: int):
-        super().__init__(f"redirect ({status})")
-        self.status = status
-
-
-def _refuse_redirect(response: httpx2.Response) -> None:
-    if response.is_redirect:
-        raise RedirectRefused(response.status_code)
-
 
 def _unreachable(exc: httpx2.HTTPError) -> BackendError:
     """The BackendError of a call that got no usable answer."""
@@ -97,23 +60,9 @@ def _unreachable(exc: httpx2.HTTPError) -> BackendError:
         return BackendError(
             f"Hugging Face answered a redirect ({exc.status}), which is not followed: check the endpoint"
         )
+    if isinstance(exc, AddressRefused):
+        return BackendError(f"Hugging Face named an address that is refused: {exc}")
     return BackendError(f"Hugging Face could not be reached: {type(exc).__name__}", retryable=True)
-
-
-def _configure_client() -> None:
-    """Give huggingface_hub's process-wide client a timeout and no redirects, once per
-    process."""
-    global _client_configured
-    with _client_lock:
-        if not _client_configured:
-            set_client_factory(_bounded_client_factory)
-            _client_configured = True
-
-
-def _redact(text: str, secrets: Iterable[str]) -> str:
-    for secret in sorted({value for value in secrets if value and len(value) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, "[redacted]")
-    return text
 
 
 class HfJobsBackend:
@@ -288,11 +237,9 @@ class HfJobsBackend:
             # Never let huggingface_hub fall back to a token saved on the worker.
             raise BackendError("the Hugging Face Jobs backend has no token")
         try:
-            check_outbound_url(self.endpoint)
+            return hub_api(self.endpoint, self._token)
         except UnsafeUrlError as exc:
             raise BackendError(f"the Hugging Face endpoint is not allowed: {exc}") from None
-        _configure_client()
-        return HfApi(endpoint=self.endpoint, token=self._token, library_name="agentops-studio")
 
     def _whoami(self, api: HfApi) -> str:
         return api.whoami()["name"]
@@ -331,7 +278,7 @@ class HfJobsBackend:
     def _error(self, doing: str, exc: HfHubHTTPError, secrets: Iterable[str] = ()) -> BackendError:
         status = exc.response.status_code if exc.response is not None else None
         detail = (exc.server_message or "").strip().splitlines()
-        detail_text = _redact(detail[0][:300], [*secrets, self._token]) if detail else ""
+        detail_text = redact(detail[0][:300], [*secrets, self._token]) if detail else ""
         if status == 401:
             message = "Hugging Face refused the token"
         elif status == 403:
