@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentops_eval import __version__, chat
+from agentops_eval import __version__, chat, export
 from agentops_eval.config import connection_options
 
 #: The commands of ``agentops``: modules exposing ``register(subparsers)``.
-COMMANDS = (chat,)
+COMMANDS = (chat, export)
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
