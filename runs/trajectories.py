@@ -60,29 +60,50 @@ _MODEL_CALL_FIELDS = (
 # -- what the lines cover ------------------------------------------------------------------------
 
 
-def run_trajectory(*, run: Run) -> Iterator[str]:
-    """One line: the run (with its session and turn when it is a session's turn)."""
+def run_records(*, run: Run) -> Iterator[dict[str, Any]]:
+    """One record: the run (with its session and turn when it is a session's turn)."""
     session = None
     if run.agent_session_id is not None:
         session = Session.objects.filter(pk=run.agent_session_id).first()
-    yield _line(run, session=_agent_session_ref(session) if session else None, turn=run.turn)
+    yield trajectory_record(run, session=_agent_session_ref(session) if session else None, turn=run.turn)
 
 
-def session_trajectory(*, session: Session) -> Iterator[str]:
-    """One line per turn of an interactive session, in turn order (undone ones too)."""
+def session_records(*, session: Session) -> Iterator[dict[str, Any]]:
+    """One record per turn of an interactive session, in turn order (undone ones too)."""
     reference = _agent_session_ref(session)
     run_ids = Run.objects.filter(agent_session=session).order_by("turn", "id").values_list("pk", flat=True)
     for run in _runs_in_batches(list(run_ids)):
-        yield _line(run, session=reference, turn=run.turn)
+        yield trajectory_record(run, session=reference, turn=run.turn)
 
 
-def conversation_trajectory(*, project, session_id: str) -> Iterator[str]:
-    """One line per run of an ingested conversation (runs sent with this ``session_id``),
+def conversation_records(*, project, session_id: str) -> Iterator[dict[str, Any]]:
+    """One record per run of an ingested conversation (runs sent with this ``session_id``),
     in start order, numbered as turns 1, 2, ..."""
     reference = {"kind": "conversation", "id": session_id, "title": ""}
     run_ids = selectors.session_runs(project=project, session_id=session_id).values_list("pk", flat=True)
     for number, run in enumerate(_runs_in_batches(list(run_ids)), start=1):
-        yield _line(run, session=reference, turn=number)
+        yield trajectory_record(run, session=reference, turn=number)
+
+
+def lines(records: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """Records as JSON Lines (decimals as strings, times in ISO 8601)."""
+    for record in records:
+        yield to_json(record) + "\n"
+
+
+def run_trajectory(*, run: Run) -> Iterator[str]:
+    """The lines of one run."""
+    return lines(run_records(run=run))
+
+
+def session_trajectory(*, session: Session) -> Iterator[str]:
+    """The lines of an interactive session, one per turn."""
+    return lines(session_records(session=session))
+
+
+def conversation_trajectory(*, project, session_id: str) -> Iterator[str]:
+    """The lines of an ingested conversation, one per run."""
+    return lines(conversation_records(project=project, session_id=session_id))
 
 
 def _runs_in_batches(run_ids: list[int]) -> Iterator[Run]:
@@ -105,10 +126,6 @@ def _agent_session_ref(session: Session) -> dict[str, Any]:
 
 
 # -- one line ------------------------------------------------------------------------------------
-
-
-def _line(run: Run, *, session: dict | None, turn: int | None) -> str:
-    return to_json(trajectory_record(run, session=session, turn=turn)) + "\n"
 
 
 def trajectory_record(run: Run, *, session: dict | None = None, turn: int | None = None) -> dict[str, Any]:
