@@ -530,6 +530,7 @@ SPECTACULAR_SETTINGS = {
         "JobKindEnum": "jobs.models.Job.Kind",
         "ComputeBackendKindEnum": "jobs.models.ComputeBackend.Kind",
         "ExportDestinationKindEnum": "evals.models.ExportDestination.Kind",
+        "ExportKindEnum": "evals.bulk_export.kinds.EXPORT_KIND_CHOICES",
         "ExportStatusEnum": "evals.models.ExportJob.Status",
         "AgentSessionStatusEnum": "runs.models.Session.Status",
         "QueuedMessageStatusEnum": "runs.models.SessionMessage.Status",

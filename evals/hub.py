@@ -7,6 +7,8 @@
 - ``push_dataset_files``: one commit of files plus a dataset card (README.md with YAML
   front matter) to a dataset repository, created when missing (public or private).
 - ``dataset_card``: such a card.
+- ``split_files`` and ``download_file``: the data files of one split of a dataset
+  repository at one commit, and each file's bytes into a local file (the import).
 
 Every failure is a ``HubError`` whose message says what went wrong in words (an unknown
 repository, a refused token, a refused address), never with the token in it.
@@ -16,26 +18,56 @@ Choices:
   private repository into one that is public is refused: the data would be public.
 - Files go up through the plain HTTP/LFS path (never Xet, see ``agentops.hf_client``);
   which files go through LFS is the Hub's choice (its preupload answer).
+- A download follows the Hub's redirect to its storage (large files live there) itself:
+  the target passes the SSRF guard, and the token goes along only when the target is
+  the endpoint's own origin (a signed storage URL needs none).
+- A split's files: the ``configs`` of the card's front matter (the ``default`` config,
+  else the first) when it names data files, else the Hub's naming convention (a file
+  whose path has the split's name, or an alias such as ``dev`` for ``validation``, as a
+  word; when no file names any split, every data file is ``train``).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import io
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from urllib.parse import urljoin
 
 import httpx2
-from huggingface_hub import CommitOperationAdd, DatasetCard, DatasetCardData, HfApi
+import yaml
+from huggingface_hub import CommitOperationAdd, DatasetCard, DatasetCardData, HfApi, hf_hub_url
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
-from agentops.hf_client import DEFAULT_ENDPOINT, AddressRefused, RedirectRefused, hub_api, redact
-from agentops.netguard import UnsafeUrlError
+from agentops.hf_client import (
+    DEFAULT_ENDPOINT,
+    REQUEST_TIMEOUT_SECONDS,
+    AddressRefused,
+    RedirectRefused,
+    hub_api,
+    origin,
+    redact,
+)
+from agentops.netguard import UnsafeUrlError, check_outbound_url
 
 HUB_DESTINATION_KIND = "hf_hub"
 NAME_PATTERN = re.compile(r"^(?!.*(?:--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$")
 RETRYABLE_STATUSES = (429, 500, 502, 503, 504)
+DATA_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".json", ".csv")
+SPLIT_PATTERN = re.compile(r"^\w+(?:[.-]\w+)*$")
+REVISION_PATTERN = re.compile(r"^(?!.*\.\.)[\w./-]{1,200}$")
+# The Hub's split names and the words its naming convention takes for them.
+SPLIT_ALIASES = {
+    "train": ("train", "training"),
+    "validation": ("validation", "valid", "dev", "val"),
+    "test": ("test", "testing", "eval", "evaluation"),
+}
+MAX_REDIRECTS = 3
 
 FileSource = bytes | str | os.PathLike
 
@@ -267,3 +299,149 @@ def push_dataset_files(
         commit_url=commit.commit_url,
         private=bool(info.private),
     )
+
+
+# -- reading a dataset repository ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepoFileRef:
+    path: str
+    size: int
+
+
+@dataclass(frozen=True)
+class SplitFiles:
+    repo_id: str
+    commit: str
+    split: str
+    files: list[RepoFileRef]
+
+
+def split_files(account: HubAccount, *, repo_id: str, split: str, revision: str = "") -> SplitFiles:
+    """The data files of ``split`` in the dataset repository at ``revision`` (default: the
+    main branch), read at one commit; ``HubError`` when the repository, the revision or
+    the split is not there (the message lists the splits it has)."""
+    api = api_for(account)
+    repo_id = full_repo_id(api, account, repo_id)
+    doing = f"reading the dataset repository {repo_id}"
+    try:
+        info = api.dataset_info(repo_id, revision=revision or None)
+        commit = info.sha
+        files = [
+            RepoFileRef(path=entry.path, size=entry.size or 0)
+            for entry in api.list_repo_tree(repo_id, repo_type="dataset", revision=commit, recursive=True)
+            if getattr(entry, "size", None) is not None
+        ]
+        configs = None
+        if any(entry.path == "README.md" for entry in files):
+            doing = f"reading the dataset card of {repo_id}"
+            configs = _card_configs(_download_bytes(account, repo_id, "README.md", commit, limit=1024 * 1024))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a reason in words
+        raise hub_error(exc, doing=doing, repo_id=repo_id, token=account.token) from None
+    splits = _splits(files, configs)
+    if split not in splits:
+        known = ", ".join(sorted(splits)) or "none (no Parquet, JSON Lines or CSV file)"
+        raise HubError(f"the dataset repository {repo_id} has no split {split!r}; its splits: {known}")
+    return SplitFiles(repo_id=repo_id, commit=commit, split=split, files=splits[split])
+
+
+def _card_configs(card: bytes) -> list | None:
+    """The ``configs`` of a card's YAML front matter, or None."""
+    text = card.decode("utf-8", errors="replace")
+    if not text.startswith("---"):
+        return None
+    parts = text.split("---", 2)
+    if len(parts) < 3:
+        return None
+    try:
+        metadata = yaml.safe_load(parts[1])
+    except yaml.YAMLError:
+        return None
+    configs = metadata.get("configs") if isinstance(metadata, dict) else None
+    return configs if isinstance(configs, list) else None
+
+
+def _splits(files: list[RepoFileRef], configs: list | None) -> dict[str, list[RepoFileRef]]:
+    data = [entry for entry in files if entry.path.lower().endswith(DATA_SUFFIXES)]
+    config = None
+    if configs:
+        dicts = [c for c in configs if isinstance(c, dict)]
+        config = next((c for c in dicts if c.get("default") or c.get("config_name") == "default"), None)
+        config = config or (dicts[0] if dicts else None)
+    if config and config.get("data_files"):
+        patterns: dict[str, list[str]] = {}
+        data_files = config["data_files"]
+        if isinstance(data_files, str | list) and not (
+            isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)
+        ):
+            patterns["train"] = [data_files] if isinstance(data_files, str) else [str(p) for p in data_files]
+        else:
+            for entry in data_files if isinstance(data_files, list) else []:
+                if isinstance(entry, dict) and entry.get("split") and entry.get("path"):
+                    paths = entry["path"] if isinstance(entry["path"], list) else [entry["path"]]
+                    patterns.setdefault(str(entry["split"]), []).extend(str(p) for p in paths)
+        return {
+            split: [entry for entry in data if any(fnmatch.fnmatchcase(entry.path, p) for p in globs)]
+            for split, globs in patterns.items()
+        }
+    by_split: dict[str, list[RepoFileRef]] = {}
+    for entry in data:
+        words = set(re.split(r"[-._/ ]+", entry.path.lower()))
+        for split, aliases in SPLIT_ALIASES.items():
+            if words & set(aliases):
+                by_split.setdefault(split, []).append(entry)
+                break
+    if not by_split and data:
+        by_split["train"] = data
+    return by_split
+
+
+def download_file(account: HubAccount, *, repo_id: str, path: str, commit: str, target: Path, max_bytes: int) -> int:
+    """Write the repository's file ``path`` at ``commit`` to ``target``; its size.
+    ``HubError`` when it cannot be read or is larger than ``max_bytes``."""
+    try:
+        with open(target, "wb") as sink:
+            return _download(account, repo_id, path, commit, sink, max_bytes)
+    except HubError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a reason in words
+        raise hub_error(exc, doing=f"downloading {path}", repo_id=repo_id, token=account.token) from None
+
+
+def _download_bytes(account: HubAccount, repo_id: str, path: str, commit: str, *, limit: int) -> bytes:
+    sink = io.BytesIO()
+    _download(account, repo_id, path, commit, sink, limit)
+    return sink.getvalue()
+
+
+def _download(account: HubAccount, repo_id: str, path: str, commit: str, sink, max_bytes: int) -> int:
+    """GET the file through the resolve URL, following the Hub's redirect to its storage
+    here (the shared client refuses redirects): each target passes the SSRF guard, and
+    the token is sent only to the endpoint's own origin."""
+    url = hf_hub_url(repo_id, path, repo_type="dataset", revision=commit, endpoint=account.endpoint)
+    with_token = build_hf_headers(token=account.token, library_name="agentops-studio")
+    without_token = {key: value for key, value in with_token.items() if key.lower() != "authorization"}
+    hub_origin = origin(account.endpoint)
+    with httpx2.Client(timeout=httpx2.Timeout(REQUEST_TIMEOUT_SECONDS), follow_redirects=False) as client:
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                check_outbound_url(url)
+            except UnsafeUrlError as exc:
+                raise HubError(f"the Hub sent the download of {path} to a refused address: {exc}") from None
+            headers = with_token if origin(url) == hub_origin else without_token
+            with client.stream("GET", url, headers=headers) as response:
+                if response.is_redirect:
+                    url = urljoin(url, response.headers["Location"])
+                    continue
+                if response.status_code >= 400:
+                    response.read()
+                    hf_raise_for_status(response)
+                written = 0
+                for chunk in response.iter_bytes(1024 * 1024):
+                    written += len(chunk)
+                    if written > max_bytes:
+                        raise HubError(f"{path} is larger than the {max_bytes:,} bytes an import may read")
+                    sink.write(chunk)
+                return written
+    raise HubError(f"the Hub redirected the download of {path} more than {MAX_REDIRECTS} times")

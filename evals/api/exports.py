@@ -18,6 +18,7 @@ from agentops.api.base import OrganizationEndpoint, ProjectEndpoint
 from agentops.api.serializers import InputSerializer
 from agentops.errors import NotFound
 from evals.bulk_export import services
+from evals.bulk_export.kinds import EXPORT_KIND_CHOICES
 from evals.bulk_export.tables import TABLE_NAMES
 from evals.models import ExportDestination, ExportJob, ExportSchedule
 
@@ -33,10 +34,14 @@ class DestinationCreateSerializer(InputSerializer):
     name = serializers.CharField(max_length=100)
     kind = serializers.ChoiceField(choices=ExportDestination.Kind.choices)
     config = serializers.DictField(
-        default=dict, help_text="folder: path (inside EXPORT_ROOT). s3: endpoint_url, bucket, prefix, region."
+        default=dict,
+        help_text="folder: path (inside EXPORT_ROOT). s3: endpoint_url, bucket, prefix, region. "
+        "hf_hub: endpoint (empty: https://huggingface.co), namespace.",
     )
     credentials = serializers.DictField(
-        default=dict, write_only=True, help_text="s3: access_key_id and secret_access_key (stored encrypted)."
+        default=dict,
+        write_only=True,
+        help_text="s3: access_key_id and secret_access_key. hf_hub: token. Stored encrypted.",
     )
 
 
@@ -54,6 +59,7 @@ class ExportJobSerializer(serializers.ModelSerializer):
             "start_date",
             "end_date",
             "tables",
+            "options",
             "progress",
             "rows",
             "files",
@@ -74,14 +80,27 @@ class ExportJobSerializer(serializers.ModelSerializer):
 
 
 class ExportCreateSerializer(InputSerializer):
-    destination = serializers.IntegerField(help_text="An export destination's id.")
-    start_date = serializers.DateField()
-    end_date = serializers.DateField(help_text="Included: the export covers whole UTC days.")
+    kind = serializers.ChoiceField(
+        choices=EXPORT_KIND_CHOICES,
+        default="parquet",
+        help_text="parquet: the project's tables for a range of days. hf_dataset, hf_results, hf_leaderboard: "
+        "a push to a Hugging Face Hub dataset repository; hf_import: a Hub dataset's split into a dataset.",
+    )
+    destination = serializers.IntegerField(help_text="An export destination's id (an hf_hub one for the Hub kinds).")
+    start_date = serializers.DateField(required=False, help_text="parquet: the first day.")
+    end_date = serializers.DateField(required=False, help_text="parquet: the last day, included (whole UTC days).")
     tables = serializers.ListField(
         child=serializers.CharField(max_length=32),
         required=False,
         default=list,
-        help_text=f"Any of {', '.join(TABLE_NAMES)}; empty: all.",
+        help_text=f"parquet: any of {', '.join(TABLE_NAMES)}; empty: all.",
+    )
+    options = serializers.DictField(
+        required=False,
+        default=dict,
+        help_text="The Hub kinds: repo_id, private (default true), split; hf_dataset: dataset, version; "
+        "hf_results: experiment; hf_leaderboard: dataset; hf_import: revision, columns "
+        "({input, expected, key, metadata}), dataset or new_dataset (docs/exports.md).",
     )
 
 
@@ -184,9 +203,11 @@ class ExportListView(ExportEndpoint):
             project=self.project,
             actor=_actor(request),
             destination_id=data["destination"],
-            start_date=data["start_date"],
-            end_date=data["end_date"],
+            start_date=data.get("start_date"),
+            end_date=data.get("end_date"),
             tables=data["tables"],
+            kind=data["kind"],
+            options=data["options"],
             ip=self.client_ip,
         )
         return Response(ExportJobSerializer(job).data, status=status.HTTP_201_CREATED)

@@ -1,8 +1,9 @@
 """What an export job does, by its ``kind``. Each kind is one class in ``EXPORT_KINDS``:
-which destinations it can write to, how it checks its options at creation, and ``run``,
-which the worker calls with the job and a ``Progress`` to report to. "parquet" is the
-bulk export of a project's tables; pushes to other services (a Hub dataset, W&B) are
-more kinds on the same jobs, status, log, retry and pages.
+which destinations it can write to, how it checks its tables and options at creation,
+and ``run``, which the worker calls with the job and a ``Progress`` to report to.
+"parquet" is the bulk export of a project's tables; the Hugging Face Hub pushes and the
+Hub import are more kinds on the same jobs, status, log, retry and pages
+(``evals.bulk_export.hub_kinds``).
 """
 
 from __future__ import annotations
@@ -16,35 +17,13 @@ from django.utils import timezone
 
 from agentops.errors import InvalidRequest
 from evals.bulk_export.destinations import DESTINATION_KINDS
+from evals.bulk_export.hub_kinds import HUB_KINDS
+from evals.bulk_export.kind_base import ExportKind, Progress
+
+__all__ = ["EXPORT_KINDS", "EXPORT_KIND_CHOICES", "ExportKind", "Progress"]
 from evals.bulk_export.tables import TABLE_NAMES, TABLES, ExportRange, write_parquet
 
 SCHEMA_VERSION = 1
-
-
-class Progress:
-    """What a running export reports: ``log`` a line, ``rows`` written so far of a table
-    (checks for a cancel too), ``file`` written. Implemented by the runner."""
-
-    def log(self, line: str) -> None:
-        raise NotImplementedError
-
-    def rows(self, table: str, rows: int) -> None:
-        raise NotImplementedError
-
-    def file(self, entry: dict) -> None:
-        raise NotImplementedError
-
-
-class ExportKind:
-    kind = ""
-    label = ""
-    destination_kinds: tuple[str, ...] = ()
-
-    def clean_tables(self, tables: list[str]) -> list[str]:
-        return []
-
-    def run(self, job, progress: Progress) -> None:
-        raise NotImplementedError
 
 
 @dataclass
@@ -60,6 +39,7 @@ class ParquetExport(ExportKind):
     kind = "parquet"
     label = "Parquet files"
     destination_kinds = ("folder", "s3")
+    uses_dates = True
 
     def clean_tables(self, tables):
         unknown = [name for name in tables if name not in TABLES]
@@ -112,4 +92,5 @@ class ParquetExport(ExportKind):
         )
 
 
-EXPORT_KINDS: dict[str, ExportKind] = {kind.kind: kind for kind in (ParquetExport(),)}
+EXPORT_KINDS: dict[str, ExportKind] = {kind.kind: kind for kind in (ParquetExport(), *HUB_KINDS)}
+EXPORT_KIND_CHOICES = [(name, kind.label) for name, kind in EXPORT_KINDS.items()]

@@ -88,7 +88,7 @@ def destination_delete(*, destination: ExportDestination, actor, ip=None) -> Non
 def _checked(project, *, kind: str, destination_id, tables, start_date: date, end_date: date):
     export_kind = EXPORT_KINDS.get(kind)
     if export_kind is None:
-        raise InvalidRequest(f"unknown export kind {kind!r}")
+        raise InvalidRequest(f"unknown export kind {kind!r}; the kinds are {', '.join(EXPORT_KINDS)}")
     if end_date < start_date:
         raise InvalidRequest("the date range is backwards: end_date is before start_date")
     destination = ExportDestination.objects.filter(pk=destination_id).first()
@@ -99,22 +99,40 @@ def _checked(project, *, kind: str, destination_id, tables, start_date: date, en
     return destination, export_kind.clean_tables(list(tables or []))
 
 
+def _dates(kind: str, start_date: date | None, end_date: date | None) -> tuple[date, date]:
+    """The job's days: required by a kind that covers a range of days (parquet); the day
+    it is created for the others (the Hub pushes and import)."""
+    export_kind = EXPORT_KINDS.get(kind)
+    if export_kind is not None and export_kind.uses_dates:
+        if start_date is None or end_date is None:
+            raise InvalidRequest(f"a {kind} export needs start_date and end_date")
+        return start_date, end_date
+    today = timezone.now().date()
+    return start_date or today, end_date or start_date or today
+
+
 @transaction.atomic
 def export_create(
     *,
     project,
     actor,
     destination_id: int,
-    start_date: date,
-    end_date: date,
+    start_date: date | None = None,
+    end_date: date | None = None,
     tables: list[str] | None = None,
     kind: str = "parquet",
+    options: dict | None = None,
     ip=None,
 ) -> ExportJob:
-    """Queue an export of the project's data for the dates (both included)."""
+    """Queue an export job of ``kind``: the project's data for the dates (both included)
+    for "parquet"; a push to or an import from the Hugging Face Hub, as ``options`` say."""
+    start_date, end_date = _dates(kind, start_date, end_date)
     destination, tables = _checked(
         project, kind=kind, destination_id=destination_id, tables=tables, start_date=start_date, end_date=end_date
     )
+    if options is not None and not isinstance(options, dict):
+        raise InvalidRequest("options must be a JSON object")
+    options = EXPORT_KINDS[kind].clean_options(project, options or {})
     job = ExportJob.objects.create(
         organization=project.organization,
         project=project,
@@ -124,6 +142,7 @@ def export_create(
         start_date=start_date,
         end_date=end_date,
         tables=tables,
+        options=options,
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
     )
     audit_record(
@@ -131,7 +150,13 @@ def export_create(
         actor=actor,
         action="export.create",
         target=job,
-        data={"destination": destination.name, "start_date": str(start_date), "end_date": str(end_date)},
+        data={
+            "kind": kind,
+            "destination": destination.name,
+            "start_date": str(start_date),
+            "end_date": str(end_date),
+            **({"options": options} if options else {}),
+        },
         ip=ip,
     )
     _enqueue(job)
@@ -155,6 +180,7 @@ def export_retry(*, job: ExportJob, actor, ip=None) -> ExportJob:
         start_date=job.start_date,
         end_date=job.end_date,
         tables=job.tables,
+        options=job.options,
         attempt=job.attempt + 1,
         retry_of=job,
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
@@ -192,6 +218,8 @@ def schedule_create(
     if every not in PERIOD_DAYS:
         raise InvalidRequest("every must be 'day' or 'week'")
     today = timezone.now().date()
+    if kind in EXPORT_KINDS and not EXPORT_KINDS[kind].uses_dates:
+        raise InvalidRequest(f"a {kind} job does not run on a schedule: only exports of a range of days do")
     destination, tables = _checked(
         project, kind=kind, destination_id=destination_id, tables=tables, start_date=today, end_date=today
     )

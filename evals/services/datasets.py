@@ -573,6 +573,33 @@ def items_import(*, dataset: Dataset, actor, filename: str, content: bytes, ip: 
     )
 
 
+def items_import_rows(
+    *, dataset: Dataset, actor, rows: list[tuple[str, dict]], source: str, ip: str | None = None
+) -> DatasetVersion:
+    """Import items read from elsewhere (``rows``: where each came from, e.g. "data/train.parquet
+    row 3", and {key?, input, expected?, metadata?}) as a new version: all of them, or
+    nothing with every problem named by where. ``source`` says where they came from (the
+    version's note and the audit event), e.g. "hf://datasets/acme/qa@1a2b3c (train)"."""
+    if not rows:
+        raise InvalidRequest(f"{source} has no rows to import")
+    _check_count(len(rows))
+    problems: list[str] = []
+    checked = [_check_item(raw, where=where, problems=problems, strict=True) for where, raw in rows]
+    if problems:
+        raise _problems_error(problems, what="nothing was imported")
+    items = [item for item in checked if item is not None]
+    _check_unique_keys(items, what="nothing was imported")
+    return _change(
+        dataset=dataset,
+        actor=actor,
+        note=f"imported {source} ({len(items)} item{'s' if len(items) != 1 else ''})",
+        action="dataset.import",
+        add=items,
+        audit_data={"source": source[:300]},
+        ip=ip,
+    )
+
+
 def items_remove(*, dataset: Dataset, actor, keys: list[str], ip: str | None = None) -> DatasetVersion:
     """Remove the items with ``keys`` as a new version (earlier versions keep them)."""
     if not isinstance(keys, list) or not keys or not all(isinstance(key, str) for key in keys):
