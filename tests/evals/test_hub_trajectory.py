@@ -246,3 +246,21 @@ def test_the_run_page_panel_offers_the_push_and_queues_it(tenant, hub, session, 
     member = signed_in(tenant.member)
     assert 'id="push-trajectory"' not in member.get(f"/o/acme/p/agent/evals/runs/{run.pk}/panel/").content.decode()
     assert member.post(url, {"destination": hub.pk, "repo_id": "x"}).status_code == 403
+
+
+def test_a_session_s_push_is_started_by_its_id_and_another_tenant_s_is_not_found(tenant, other_tenant, hub, signed_in):
+    mine = _session(tenant)
+    theirs = _session(other_tenant, title="Theirs")
+    admin = signed_in(tenant.admin)
+    url = f"/o/acme/p/agent/evals/agent-sessions/{mine.pk}/push-trajectory/"
+    response = admin.post(url, {"destination": hub.pk, "repo_id": "sessions"})
+    with organization_scope(tenant.organization):
+        job = ExportJob.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/o/acme/p/agent/evals/exports/{job.pk}/"
+    assert job.options == {"repo_id": "sessions", "split": "train", "private": False, "session": mine.pk}
+    foreign = f"/o/acme/p/agent/evals/agent-sessions/{theirs.pk}/push-trajectory/"
+    assert admin.post(foreign, {"destination": hub.pk, "repo_id": "x"}).status_code == 404
+    missing_repo = admin.post(url, {"destination": hub.pk})
+    assert missing_repo.status_code == 302 and missing_repo["Location"] == "/o/acme/p/agent/evals/exports/"
+    with organization_scope(tenant.organization):
+        assert ExportJob.objects.count() == 1
