@@ -6,12 +6,12 @@ They are listed in COMMANDS, the one place a new command is added. The connectio
 (--url, --project, --api-key, or AGENTOPS_URL, AGENTOPS_PROJECT, AGENTOPS_API_KEY) are the
 ones ``agentops-eval`` takes (agentops_eval.config).
 
-Exit codes (each command's help lists its own):
+Exit codes (each command's help details its own):
   0    done
-  1    the command ended on a server's refusal it could not go on from (e.g. 404 session)
-  2    usage or configuration error, or 401/403 (the key or its scopes)
+  1    the command could not go on (e.g. its session was deleted meanwhile)
+  2    usage or configuration error, or the server refused the request (unknown name or id, 401, 403)
   4    server or network error after every retry
-  130  interrupted (Ctrl-C) where nothing was running to interrupt
+  130  left with Ctrl-C
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Work with AgentOps Studio from a terminal.",
         epilog="exit codes:\n"
         "  0    done\n"
-        "  1    the server refused something the command could not go on from (e.g. an unknown session)\n"
-        "  2    usage or configuration error, or the API key was refused (401, 403)\n"
+        "  1    the command could not go on (e.g. its session was deleted meanwhile)\n"
+        "  2    usage or configuration error, or the server refused the request (unknown name or id, 401, 403)\n"
         "  4    server or network error after every retry\n"
-        "  130  interrupted\n\n"
+        "  130  left with Ctrl-C\n\n"
         "The connection options are also accepted after the command. Documentation: docs/sessions.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
