@@ -372,6 +372,8 @@ def _splits(files: list[RepoFileRef], configs: list | None) -> dict[str, list[Re
     if config and config.get("data_files"):
         patterns: dict[str, list[str]] = {}
         data_files = config["data_files"]
+        if isinstance(data_files, dict):  # {split: pattern(s)}
+            data_files = [{"split": split, "path": paths} for split, paths in data_files.items()]
         if isinstance(data_files, str | list) and not (
             isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)
         ):

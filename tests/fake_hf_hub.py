@@ -146,7 +146,11 @@ def fake_hf_hub():
             self._send(status, json.dumps(payload).encode(), headers)
 
         def _error(self, status: int, message: str, code: str | None = None) -> None:
-            self._json(status, {"error": message}, {"X-Error-Code": code} if code else None)
+            # The Hub names the error in headers too; huggingface_hub reads them.
+            headers = {"X-Error-Message": message}
+            if code:
+                headers["X-Error-Code"] = code
+            self._json(status, {"error": message}, headers)
 
         def _record(self) -> str | None:
             """Record the request; the token it carries ("" for none), None if refused (401 sent)."""

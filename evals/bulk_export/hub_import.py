@@ -185,20 +185,16 @@ def _json_rows(local: Path, path: str, needed: list[str]) -> Iterator[dict]:
         while start and start.isspace():
             start = file.read(1)
         file.seek(0)
-        if start == "[":
-            rows = json.load(file)
-        else:
-            rows = (json.loads(line) for line in file if line.strip())
+        rows = json.load(file) if start == "[" else (json.loads(line) for line in file if line.strip())
         seen: set[str] = set()
-        buffered = []
         for row in rows:
             if not isinstance(row, dict):
                 raise ExportFailed(f"{path}: each row must be a JSON object")
             seen.update(row)
-            buffered.append({name: row.get(name) for name in needed})
-    # A JSON file has no header: a column is missing when no row has it.
+            yield {name: row.get(name) for name in needed}
+    # A JSON file has no header: a column is missing when no row has it (nothing is
+    # written before the whole split is read, so failing at the end is failing at once).
     _missing(needed, seen, path)
-    yield from buffered
 
 
 # -- the job -------------------------------------------------------------------------------------

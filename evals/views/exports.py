@@ -1,6 +1,7 @@
-"""Pages of exports: the project's exports (list, a new export, schedules, and the
-organization's destinations), and one export's page with its progress (rows per table,
-refreshed every 2 seconds by htmx while it runs), files, log, retry and cancel.
+"""Pages of exports: the project's exports (list, a new export, a push to or an import
+from the Hugging Face Hub, schedules, and the organization's destinations), and one
+export's page with its progress (rows per table, refreshed every 2 seconds by htmx while
+it runs), files, log, retry and cancel.
 
 Viewers see exports; owners and admins (``export:write``) start, retry, cancel and
 schedule them and manage destinations. Every write goes through
@@ -18,8 +19,10 @@ from django.urls import path
 from agentops.errors import ServiceError
 from agentops.pages import Need, ProjectPage
 from evals.bulk_export import services
+from evals.bulk_export.kinds import EXPORT_KINDS
 from evals.bulk_export.tables import TABLE_NAMES
-from evals.models import ExportDestination, ExportJob, ExportSchedule
+from evals.hub import HUB_DESTINATION_KIND
+from evals.models import Dataset, Experiment, ExportDestination, ExportJob, ExportSchedule
 
 READ = Need("work:read", "see this project's exports")
 WRITE = Need("export:write", "export this project's data")
@@ -50,13 +53,108 @@ class ScheduleForm(forms.Form):
         self.fields["destination"].choices = [(str(d.pk), d.name) for d in destinations]
 
 
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
+class HubPushForm(forms.Form):
+    kind = forms.ChoiceField(
+        label="Push",
+        choices=[
+            ("hf_dataset", "A dataset version"),
+            ("hf_results", "An experiment's results"),
+            ("hf_leaderboard", "A dataset's leaderboard"),
+        ],
+    )
+    destination = forms.ChoiceField(label="Hub account")
+    repo_id = forms.CharField(
+        max_length=200, label="Repository", help_text="namespace/name, or a name in the account's namespace."
+    )
+    private = forms.BooleanField(required=False, initial=True, label="Private repository")
+    dataset = forms.ChoiceField(required=False, help_text="A dataset version or a leaderboard: which dataset.")
+    version = forms.IntegerField(required=False, min_value=1, help_text="Empty: the latest.")
+    experiment = forms.ChoiceField(required=False, help_text="Results: an ended experiment.")
+    split = forms.CharField(required=False, max_length=64, help_text="Empty: test, results or leaderboard.")
+
+    def __init__(self, *args, destinations, datasets, experiments, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["destination"].choices = [(str(d.pk), d.name) for d in destinations]
+        self.fields["dataset"].choices = [("", "—"), *((str(d.pk), d.name) for d in datasets)]
+        self.fields["experiment"].choices = [("", "—"), *((str(e.pk), e.name) for e in experiments)]
+
+    def options(self) -> dict:
+        data = self.cleaned_data
+        options = {"repo_id": data["repo_id"], "private": data["private"]}
+        if data["split"]:
+            options["split"] = data["split"]
+        if data["kind"] == "hf_results":
+            options["experiment"] = data["experiment"]
+        else:
+            options["dataset"] = data["dataset"]
+        if data["kind"] == "hf_dataset" and data["version"]:
+            options["version"] = data["version"]
+        return options
+
+
+class HubImportForm(forms.Form):
+    destination = forms.ChoiceField(label="Hub account")
+    repo_id = forms.CharField(max_length=200, label="Repository", help_text="namespace/name of a dataset repository.")
+    split = forms.CharField(max_length=64, initial="train")
+    revision = forms.CharField(required=False, max_length=200, help_text="Branch, tag or commit; empty: main.")
+    input_columns = forms.CharField(
+        max_length=1000, label="Input column(s)", help_text="One column, or several separated by commas (an object)."
+    )
+    expected_columns = forms.CharField(required=False, max_length=1000, label="Expected column(s)")
+    key_column = forms.CharField(required=False, max_length=200, label="Key column", help_text="Empty: generated.")
+    metadata_columns = forms.CharField(
+        required=False, max_length=1000, label="Metadata columns", help_text="Separated by commas."
+    )
+    dataset = forms.ChoiceField(required=False, label="Into dataset", help_text="Its next version.")
+    new_dataset = forms.CharField(
+        required=False, max_length=100, label="Or a new dataset", help_text="The name of a dataset to create."
+    )
+
+    def __init__(self, *args, destinations, datasets, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["destination"].choices = [(str(d.pk), d.name) for d in destinations]
+        self.fields["dataset"].choices = [("", "— a new dataset —"), *((str(d.pk), d.name) for d in datasets)]
+
+    def options(self) -> dict:
+        data = self.cleaned_data
+
+        def one_or_many(text):
+            names = _names(text)
+            return names[0] if len(names) == 1 else names
+
+        columns = {"input": one_or_many(data["input_columns"])}
+        if _names(data["expected_columns"]):
+            columns["expected"] = one_or_many(data["expected_columns"])
+        if data["key_column"].strip():
+            columns["key"] = data["key_column"].strip()
+        if _names(data["metadata_columns"]):
+            columns["metadata"] = _names(data["metadata_columns"])
+        options = {"repo_id": data["repo_id"], "split": data["split"], "columns": columns}
+        if data["revision"]:
+            options["revision"] = data["revision"]
+        if data["dataset"]:
+            options["dataset"] = data["dataset"]
+        if data["new_dataset"].strip():
+            options["new_dataset"] = data["new_dataset"]
+        return options
+
+
 class DestinationForm(forms.Form):
     name = forms.CharField(max_length=100)
     kind = forms.ChoiceField(choices=ExportDestination.Kind.choices)
     path = forms.CharField(
         required=False, max_length=500, help_text="Folder: a path inside the server's export folder."
     )
-    endpoint_url = forms.CharField(required=False, max_length=500, label="Endpoint URL", help_text="S3: empty for AWS.")
+    endpoint_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Endpoint URL",
+        help_text="S3: empty for AWS. Hugging Face: empty for https://huggingface.co.",
+    )
     bucket = forms.CharField(required=False, max_length=63)
     prefix = forms.CharField(required=False, max_length=500)
     region = forms.CharField(required=False, max_length=50)
@@ -64,17 +162,25 @@ class DestinationForm(forms.Form):
     secret_access_key = forms.CharField(
         required=False, max_length=500, label="Secret access key", widget=forms.PasswordInput
     )
+    namespace = forms.CharField(
+        required=False, max_length=96, help_text="Hugging Face: the user or organization repositories go to."
+    )
+    token = forms.CharField(required=False, max_length=500, label="Hugging Face token", widget=forms.PasswordInput)
 
     def config(self) -> dict:
         data = self.cleaned_data
         if data["kind"] == ExportDestination.Kind.FOLDER:
             return {"path": data["path"]}
+        if data["kind"] == ExportDestination.Kind.HF_HUB:
+            return {"endpoint": data["endpoint_url"], "namespace": data["namespace"]}
         return {key: data[key] for key in ("endpoint_url", "bucket", "prefix", "region")}
 
     def credentials(self) -> dict:
         data = self.cleaned_data
         if data["kind"] == ExportDestination.Kind.FOLDER:
             return {}
+        if data["kind"] == ExportDestination.Kind.HF_HUB:
+            return {"token": data["token"]}
         return {key: data[key] for key in ("access_key_id", "secret_access_key")}
 
 
@@ -83,6 +189,14 @@ def job_in_project(project, export_id: int) -> ExportJob:
     job = ExportJob.objects.filter(project=project, pk=export_id).first()
     if job is None:
         raise Http404("export not found")
+    return job
+
+
+def described(job: ExportJob) -> ExportJob:
+    """The job with ``what``: its kind's words for it (the days, or the Hub repository)."""
+    kind = EXPORT_KINDS.get(job.kind)
+    job.what = kind.describe(job) if kind else job.kind
+    job.is_parquet = job.kind == "parquet"
     return job
 
 
@@ -106,11 +220,31 @@ class ExportsPage(ProjectPage):
 
     def post(self, request, org_slug, project_slug):
         action = request.POST.get("action", "export")
-        destinations = list(ExportDestination.objects.all())
+        destinations, hub_destinations = self._destinations()
         back = redirect("evals:exports", org_slug=org_slug, project_slug=project_slug)
         forms_ = {}
         try:
-            if action == "export":
+            if action in ("hub-push", "hub-import"):
+                if action == "hub-push":
+                    form = HubPushForm(request.POST, **self._hub_choices(hub_destinations))
+                    forms_["hub_push_form"] = form
+                else:
+                    form = HubImportForm(
+                        request.POST, destinations=hub_destinations, datasets=self._hub_choices([])["datasets"]
+                    )
+                    forms_["hub_import_form"] = form
+                if form.is_valid():
+                    job = services.export_create(
+                        project=self.project,
+                        actor=request.user,
+                        destination_id=int(form.cleaned_data["destination"]),
+                        kind=form.cleaned_data.get("kind") or "hf_import",
+                        options=form.options(),
+                        ip=self.ip,
+                    )
+                    messages.success(request, f"Job {job.pk} is queued; its page shows the progress.")
+                    return redirect("evals:export", org_slug=org_slug, project_slug=project_slug, export_id=job.pk)
+            elif action == "export":
                 form = ExportForm(request.POST, destinations=destinations)
                 forms_["export_form"] = form
                 if form.is_valid():
@@ -179,14 +313,42 @@ class ExportsPage(ProjectPage):
             return self._render(status=exc.status, **forms_)
         return self._render(status=400, **forms_)
 
+    @staticmethod
+    def _destinations() -> tuple[list[ExportDestination], list[ExportDestination]]:
+        """The destinations files go to (folder, S3) and the Hugging Face Hub accounts."""
+        every = list(ExportDestination.objects.all())
+        return (
+            [d for d in every if d.kind != HUB_DESTINATION_KIND],
+            [d for d in every if d.kind == HUB_DESTINATION_KIND],
+        )
+
+    def _hub_choices(self, hub_destinations) -> dict:
+        return {
+            "destinations": hub_destinations,
+            "datasets": list(Dataset.objects.filter(project=self.project).order_by("name")),
+            "experiments": list(
+                Experiment.objects.filter(project=self.project, status__in=Experiment.ENDED).order_by("-created_at")[
+                    :200
+                ]
+            ),
+        }
+
     def _render(self, *, status: int = 200, **forms_) -> HttpResponse:
-        destinations = list(ExportDestination.objects.all())
+        destinations, hub_destinations = self._destinations()
+        choices = self._hub_choices(hub_destinations)
         context = {
-            "jobs": ExportJob.objects.filter(project=self.project).order_by("-created_at", "-id")[:50],
+            "jobs": [
+                described(job)
+                for job in ExportJob.objects.filter(project=self.project).order_by("-created_at", "-id")[:50]
+            ],
             "schedules": ExportSchedule.objects.filter(project=self.project).select_related("destination"),
-            "destinations": destinations,
+            "destinations": destinations + hub_destinations,
+            "file_destinations": destinations,
+            "hub_destinations": hub_destinations,
             "export_form": ExportForm(destinations=destinations),
             "schedule_form": ScheduleForm(destinations=destinations),
+            "hub_push_form": HubPushForm(**choices),
+            "hub_import_form": HubImportForm(destinations=hub_destinations, datasets=choices["datasets"]),
             "destination_form": DestinationForm(),
             **forms_,
         }
@@ -199,7 +361,7 @@ class ExportPage(ProjectPage):
     permissions = {"GET": READ, "POST": WRITE}
 
     def get(self, request, org_slug, project_slug, export_id):
-        job = job_in_project(self.project, export_id)
+        job = described(job_in_project(self.project, export_id))
         return self.render_page("evals/export.html", {"job": job, "rows": progress_rows(job)})
 
     def post(self, request, org_slug, project_slug, export_id):

@@ -13,7 +13,10 @@ import pytest
 from agentops.scoping import organization_scope
 from evals.bulk_export import services
 from evals.models import ExportDestination, ExportJob
+from tests.evals.factories import make_dataset
+from tests.evals.hub_helpers import hub_destination, run_job
 from tests.evals.test_bulk_export import make_run
+from tests.fake_hf_hub import ORG, TOKEN, fake_hf_hub  # noqa: F401 - the fixture
 from tests.isolation import CreateIsolation, ListIsolation, ReadIsolation
 
 
@@ -187,3 +190,91 @@ def test_export_created_through_the_api_runs_on_a_worker_to_its_end(tenant, clie
     assert body["progress"]["runs"] == 1 and body["progress"]["steps"] == 2
     assert [entry["table"] for entry in body["files"]][:2] == ["runs", "steps"]
     assert "succeeded" in body["log"]
+
+
+# -- the Hugging Face Hub kinds ---------------------------------------------------------------
+
+
+def test_a_hub_push_created_through_the_api_runs_on_a_worker_to_its_end(tenant, client_for, celery_worker, fake_hf_hub):  # noqa: F811
+    dataset = make_dataset(tenant.project, [{"key": "a", "input": "q"}])
+    client = client_for(tenant.owner)
+    destination = client.post(
+        f"/api/v1/organizations/{tenant.organization.slug}/export-destinations/",
+        {"name": "hub", "kind": "hf_hub", "config": {"endpoint": fake_hf_hub.url}, "credentials": {"token": TOKEN}},
+        format="json",
+    )
+    assert destination.status_code == 201, destination.content
+    assert TOKEN not in destination.content.decode()
+    response = client.post(
+        exports_url(tenant),
+        {
+            "kind": "hf_dataset",
+            "destination": destination.json()["id"],
+            "options": {"repo_id": f"{ORG}/api-push", "dataset": dataset.pk},
+        },
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["options"] == {
+        "repo_id": f"{ORG}/api-push",
+        "split": "test",
+        "private": True,
+        "dataset": dataset.pk,
+        "version": 1,
+    }
+    detail = f"{exports_url(tenant)}{response.json()['id']}/"
+    deadline = time.monotonic() + 120
+    while client.get(detail).json()["status"] in ("queued", "running") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    body = client.get(detail).json()
+    assert body["status"] == "succeeded", body
+    assert body["progress"] == {"items": 1} and body["files"][0]["table"] == "items"
+    assert fake_hf_hub.repos[f"{ORG}/api-push"].files["data/test.jsonl"]
+    assert TOKEN not in body["log"]
+
+
+def test_bad_hub_options_through_the_api_are_a_400_naming_them(tenant, client_for, fake_hf_hub):  # noqa: F811
+    destination = hub_destination(tenant, fake_hf_hub)
+    dataset = make_dataset(tenant.project, [{"input": "x"}], name="mine")
+    client = client_for(tenant.admin)
+    cases = {
+        "options.repo_id is required": {"kind": "hf_dataset", "options": {"dataset": dataset.pk}},
+        "options.columns.input is required": {
+            "kind": "hf_import",
+            "options": {"repo_id": "a/b", "columns": {"expected": "y"}, "new_dataset": "n"},
+        },
+        "a parquet export needs start_date and end_date": {"kind": "parquet"},
+        "options": {"kind": "hf_dataset", "options": "everything"},
+        "kind": {"kind": "hf_everything", "options": {}},
+    }
+    for expected, body in cases.items():
+        response = client.post(exports_url(tenant), {"destination": destination.pk, **body}, format="json")
+        assert response.status_code == 400, response.content
+        assert expected in str(response.json()["error"]), response.json()
+    assert not ExportJob.dangerously_unscoped_objects.exists()
+
+
+def test_another_tenants_dataset_or_hub_job_is_never_reached(tenant, other_tenant, client_for, fake_hf_hub):  # noqa: F811
+    destination = hub_destination(tenant, fake_hf_hub)
+    foreign_dataset = make_dataset(other_tenant.project, [{"input": "x"}])
+    foreign_job = run_job(
+        other_tenant,
+        hub_destination(other_tenant, fake_hf_hub),
+        "hf_dataset",
+        {"repo_id": "theirs", "dataset": foreign_dataset.pk},
+    )
+    client = client_for(tenant.owner)
+
+    response = client.post(
+        exports_url(tenant),
+        {
+            "kind": "hf_dataset",
+            "destination": destination.pk,
+            "options": {"repo_id": "x", "dataset": foreign_dataset.pk},
+        },
+        format="json",
+    )
+
+    assert response.status_code == 400 and "no dataset with id" in response.json()["error"]["message"]
+    assert client.get(f"{exports_url(tenant)}{foreign_job.pk}/").status_code == 404
+    assert client.post(f"{exports_url(tenant)}{foreign_job.pk}/retry/").status_code == 404

@@ -9,10 +9,14 @@ from datetime import UTC, datetime
 import pytest
 from django.test import Client
 
+from agentops.scoping import organization_scope
 from evals.bulk_export.runner import export_run
-from evals.models import ExportDestination, ExportJob
+from evals.models import DatasetItem, ExportDestination, ExportJob
+from tests.evals.factories import make_dataset
+from tests.evals.hub_helpers import hub_destination
 from tests.evals.test_api_exports import make_destination, make_job
 from tests.evals.test_bulk_export import make_run
+from tests.fake_hf_hub import ORG, TOKEN, fake_hf_hub  # noqa: F401 - the fixture
 
 
 @pytest.fixture(autouse=True)
@@ -58,8 +62,6 @@ def test_admin_starts_an_export_and_its_page_shows_rows_per_table(tenant, export
     assert response.status_code == 302 and response["Location"] == f"{pages(tenant)}{job.pk}/"
     queued = client.get(f"{pages(tenant)}{job.pk}/").content.decode()
     assert 'hx-trigger="every 2s"' in queued  # polls while it has not ended
-    from agentops.scoping import organization_scope
-
     with organization_scope(tenant.organization):
         export_run(export_id=job.pk, worker="test")
     fragment = client.get(f"{pages(tenant)}{job.pk}/progress/").content.decode()
@@ -100,3 +102,118 @@ def test_failed_export_is_retried_from_its_page(tenant):
     response = browser(tenant.admin).post(f"{pages(tenant)}{job.pk}/", {"action": "retry"})
     retry = ExportJob.dangerously_unscoped_objects.exclude(pk=job.pk).get()
     assert response.status_code == 302 and retry.retry_of_id == job.pk and retry.attempt == 2
+
+
+# -- the Hugging Face Hub ---------------------------------------------------------------------
+
+
+def test_admin_adds_a_hub_destination_whose_token_is_never_shown(tenant, fake_hf_hub):  # noqa: F811
+    client = browser(tenant.admin)
+    response = client.post(
+        pages(tenant),
+        {
+            "action": "destination",
+            "name": "hub",
+            "kind": "hf_hub",
+            "endpoint_url": fake_hf_hub.url,
+            "namespace": ORG,
+            "token": TOKEN,
+        },
+    )
+    assert response.status_code == 302
+    destination = ExportDestination.dangerously_unscoped_objects.get()
+    assert destination.kind == "hf_hub" and destination.config == {"endpoint": fake_hf_hub.url, "namespace": ORG}
+    body = client.get(pages(tenant)).content.decode()
+    assert TOKEN not in body and f"token …{TOKEN[-4:]}" in body
+    assert 'id="hub-push"' in body and 'id="hub-import"' in body
+
+
+def test_admin_pushes_a_dataset_to_the_hub_from_the_page(tenant, fake_hf_hub):  # noqa: F811
+    destination = hub_destination(tenant, fake_hf_hub)
+    dataset = make_dataset(tenant.project, [{"key": "a", "input": "q"}], name="support")
+    client = browser(tenant.admin)
+
+    response = client.post(
+        pages(tenant),
+        {
+            "action": "hub-push",
+            "kind": "hf_dataset",
+            "destination": destination.pk,
+            "repo_id": "from-page",
+            "private": "on",
+            "dataset": dataset.pk,
+        },
+    )
+
+    job = ExportJob.dangerously_unscoped_objects.get()
+    assert response.status_code == 302 and response["Location"] == f"{pages(tenant)}{job.pk}/"
+    assert job.kind == "hf_dataset" and job.options["repo_id"] == "from-page" and job.options["private"] is True
+    with organization_scope(tenant.organization):
+        export_run(export_id=job.pk, worker="test")
+    page = client.get(f"{pages(tenant)}{job.pk}/").content.decode()
+    assert "Dataset version to the Hugging Face Hub: from-page" in page and "succeeded" in page
+    assert "Dataset version to the Hugging Face Hub: from-page" in client.get(pages(tenant)).content.decode()
+
+
+def test_a_bad_import_mapping_on_the_page_is_a_400_with_the_reason(tenant, fake_hf_hub):  # noqa: F811
+    destination = hub_destination(tenant, fake_hf_hub)
+    response = browser(tenant.admin).post(
+        pages(tenant),
+        {
+            "action": "hub-import",
+            "destination": destination.pk,
+            "repo_id": "acme/qa",
+            "split": "train",
+            "input_columns": "question, question",
+        },
+    )
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "names a column twice" in body
+    assert not ExportJob.dangerously_unscoped_objects.exists()
+
+
+def test_admin_imports_from_the_hub_on_the_page(tenant, fake_hf_hub):  # noqa: F811
+    destination = hub_destination(tenant, fake_hf_hub)
+    fake_hf_hub.add_repo(f"{ORG}/qa", {"train.jsonl": b'{"q": "2+2?", "a": "4", "src": "math"}\n'})
+
+    response = browser(tenant.admin).post(
+        pages(tenant),
+        {
+            "action": "hub-import",
+            "destination": destination.pk,
+            "repo_id": f"{ORG}/qa",
+            "split": "train",
+            "input_columns": "q",
+            "expected_columns": "a",
+            "metadata_columns": "src",
+            "new_dataset": "qa from hub",
+        },
+    )
+
+    job = ExportJob.dangerously_unscoped_objects.get()
+    assert response.status_code == 302
+    assert job.options["columns"] == {"input": "q", "expected": "a", "metadata": ["src"]}
+    with organization_scope(tenant.organization):
+        assert export_run(export_id=job.pk, worker="test") == ExportJob.Status.SUCCEEDED
+        item = DatasetItem.objects.get(dataset__name="qa from hub")
+    assert (item.input, item.expected, item.metadata) == ("2+2?", "4", {"src": "math"})
+
+
+def test_a_viewer_cannot_push_or_import(tenant, fake_hf_hub):  # noqa: F811
+    destination = hub_destination(tenant, fake_hf_hub)
+    dataset = make_dataset(tenant.project, [{"input": "q"}])
+    client = browser(tenant.viewer)
+    assert 'id="hub-push"' not in client.get(pages(tenant)).content.decode()
+    for body in (
+        {
+            "action": "hub-push",
+            "kind": "hf_dataset",
+            "destination": destination.pk,
+            "repo_id": "x",
+            "dataset": dataset.pk,
+        },
+        {"action": "hub-import", "destination": destination.pk, "repo_id": "x", "split": "train", "input_columns": "q"},
+    ):
+        assert client.post(pages(tenant), body).status_code == 403
+    assert not ExportJob.dangerously_unscoped_objects.exists()

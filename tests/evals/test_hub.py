@@ -13,7 +13,15 @@ import yaml
 
 from agentops.scoping import organization_scope
 from evals.bulk_export import services
-from evals.hub import HubAccount, HubError, dataset_card, hub_account_named, push_dataset_files
+from evals.hub import (
+    HubAccount,
+    HubError,
+    RepoFileRef,
+    _splits,
+    dataset_card,
+    hub_account_named,
+    push_dataset_files,
+)
 from tests.fake_hf_hub import ORG, READ_TOKEN, TOKEN, USER, fake_hf_hub  # noqa: F401 - the fixture
 
 
@@ -247,3 +255,48 @@ def test_the_token_comes_from_the_organizations_named_hub_destination(tenant, ot
     assert f"{ORG}/from-secret" in fake_hf_hub.repos
     assert repr(account).count(TOKEN) == 0
     assert TOKEN not in caplog.text
+
+
+FILES = [
+    RepoFileRef("README.md", 10),
+    RepoFileRef("data/train-00000-of-00001.parquet", 10),
+    RepoFileRef("data/validation-00000-of-00001.parquet", 10),
+    RepoFileRef("dev.jsonl", 10),
+    RepoFileRef("extra/evaluation_set.csv", 10),
+    RepoFileRef("notes.txt", 10),
+]
+
+
+@pytest.mark.parametrize(
+    ("configs", "expected"),
+    [
+        (
+            None,
+            {
+                "train": ["data/train-00000-of-00001.parquet"],
+                "validation": ["data/validation-00000-of-00001.parquet", "dev.jsonl"],
+                "test": ["extra/evaluation_set.csv"],
+            },
+        ),
+        ([{"config_name": "default", "data_files": "data/*.parquet"}], {"train": [FILES[1].path, FILES[2].path]}),
+        (
+            [{"config_name": "other", "data_files": {"eval": "dev.jsonl"}}],
+            {"eval": ["dev.jsonl"]},
+        ),
+        (
+            [
+                {"config_name": "first", "data_files": [{"split": "x", "path": "dev.jsonl"}]},
+                {"config_name": "default", "data_files": [{"split": "test", "path": ["extra/*", "dev.jsonl"]}]},
+            ],
+            {"test": ["dev.jsonl", "extra/evaluation_set.csv"]},
+        ),
+    ],
+)
+def test_a_splits_files_come_from_the_cards_configs_or_the_hubs_naming(configs, expected):
+    found = _splits(FILES, configs)
+    assert {split: [ref.path for ref in refs] for split, refs in found.items()} == expected
+
+
+def test_without_any_split_in_the_names_every_data_file_is_train():
+    found = _splits([RepoFileRef("a.jsonl", 1), RepoFileRef("b/c.parquet", 1), RepoFileRef("d.txt", 1)], None)
+    assert {split: [ref.path for ref in refs] for split, refs in found.items()} == {"train": ["a.jsonl", "b/c.parquet"]}
