@@ -61,7 +61,7 @@ class HubTrajectoryPush(HubPush):
 
     def describe(self, job):
         subject = f"session {job.options['session']}" if "session" in job.options else f"run {job.options.get('run')}"
-        return f"{self.label}: {subject} -> {job.options.get('repo_id', '')}"
+        return f"{self.label}: {job.options.get('repo_id', '')} ({subject})"
 
     def rows(self, job):
         project = job.project

@@ -236,7 +236,7 @@ def test_the_run_page_panel_offers_the_push_and_queues_it(tenant, hub, session, 
     assert response.status_code == 302 and response["Location"] == f"/o/acme/p/agent/evals/exports/{job.pk}/"
     assert job.kind == "hf_trajectory" and job.options["session"] == session.pk and job.options["private"] is True
     job_page = admin.get(response["Location"])
-    assert job_page.status_code == 200 and "trajectories" in job_page.content.decode()
+    assert job_page.status_code == 200 and f"from-page (session {session.pk})" in job_page.content.decode()
 
     refused = admin.post(url, {"destination": hub.pk, "repo_id": "bad name!", "subject": "run"})
     assert refused.status_code == 302 and refused["Location"] == f"/o/acme/p/agent/runs/{run.pk}/"
