@@ -46,7 +46,7 @@ urlpatterns = [
     # so no conversation id can shadow the route.
     path("trajectory/", trajectories.ConversationTrajectoryDownload.as_view(), name="conversation_trajectory"),
     path(
-        "agent-sessions/<int:session_id>/trajectory/",
+        "chat/<int:session_id>/trajectory/",
         trajectories.AgentSessionTrajectoryDownload.as_view(),
         name="agent_session_trajectory",
     ),

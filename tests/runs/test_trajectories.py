@@ -326,9 +326,9 @@ def test_a_turn_s_run_page_links_to_its_session_s_trajectory(tenant, signed_in, 
     client = signed_in(tenant.viewer)
     page = client.get(f"/o/acme/p/agent/runs/{run.pk}/").content.decode()
     link = re.search(r'href="([^"]+)" id="run-session-trajectory" download', page)
-    assert link and link[1] == f"/o/acme/p/agent/runs/agent-sessions/{chat['id']}/trajectory/"
+    assert link and link[1] == f"/o/acme/p/agent/runs/chat/{chat['id']}/trajectory/"
     assert [line["turn"] for line in _lines(client.get(link[1]))] == [1, 2]
-    assert client.get("/o/acme/p/agent/runs/agent-sessions/999999/trajectory/").status_code == 404
+    assert client.get("/o/acme/p/agent/runs/chat/999999/trajectory/").status_code == 404
     outsider = signed_in(other_tenant.owner)
     assert outsider.get(link[1]).status_code == 404
 
