@@ -11,9 +11,10 @@ with arguments, results, status and timings, its model calls, token counts with 
 parts, cost (computed and reported), timings, model and agent version.
 
 Lines are produced one at a time: the runs of a session are read ``RUNS_PER_BATCH`` at
-a time by id, and a line's messages, tool calls and model calls are read for that run
-only, so a long session never sits in memory; one run is the most held at once. Call
-the generators with the organization in scope (``agentops.downloads`` does, per chunk).
+a time by id (their rows, without the executor's state), and a line's messages, tool
+calls and model calls are read for that run only, so a long session never sits in
+memory: at most a batch of run rows and one run's transcript are held at once. Call the
+generators with the organization in scope (``agentops.downloads`` does, per chunk).
 """
 
 from __future__ import annotations
