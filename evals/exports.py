@@ -10,7 +10,8 @@ The pages (``evals.views.experiments``) and the API stream the same rows:
   ``metrics.correctness.ci_low``) named by ``experiment_results_fieldnames`` and
   ``leaderboard_fieldnames``;
 - ``streaming_response`` sends the lines, reading the database in batches inside the
-  organization's scope (the body is consumed after the view has returned).
+  organization's scope (the body is consumed after the view has returned), through
+  ``agentops.downloads``, the platform's one streamed download.
 
 An experiment's results are read by id in batches of ``RESULTS_BATCH``, each batch its
 own query, so a 50,000-item experiment never sits in memory and no database cursor
@@ -20,22 +21,16 @@ has to outlive a batch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from itertools import islice
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.core.handlers.asgi import ASGIRequest
-from django.http import StreamingHttpResponse
 from django.utils.text import slugify
 
 from agentops.csvexport import csv_lines, plain_number, to_json
-from agentops.scoping import organization_scope
+from agentops.downloads import streaming_download
 from evals import selectors
 from evals.models import Dataset, Experiment, ExperimentResult
 
 RESULTS_BATCH = 500
-# Lines per chunk of the response body: one trip to the database thread per chunk.
-LINES_PER_CHUNK = 200
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 RESULT_COLUMNS_BEFORE = ["item_key", "status", "input", "expected", "output"]
 RESULT_COLUMNS_AFTER = ["cost", "latency_ms", "tokens", "error", "run_id"]
@@ -192,49 +187,11 @@ def write_csv(rows: Iterable[dict], fieldnames: list[str]) -> Iterator[str]:
 # -- the response ------------------------------------------------------------------------------
 
 
-def _chunks(lines: Iterable[str], organization) -> Any:
-    """A function returning the next chunk of text ("" at the end), reading inside the
-    organization's scope each time: the scope of the view is gone by the time the body
-    is read, and an ASGI server reads each chunk in a fresh copy of the context."""
-    iterator = iter(lines)
-
-    def take() -> str:
-        with organization_scope(organization):
-            return "".join(islice(iterator, LINES_PER_CHUNK))
-
-    return take
-
-
-def streaming_body(lines: Iterable[str], *, organization, asynchronous: bool):
-    """``lines`` as a response body read in chunks: an async iterator under ASGI (Django
-    would otherwise read a synchronous one to the end before sending anything), a plain
-    one under WSGI."""
-    take = _chunks(lines, organization)
-    if asynchronous:
-
-        async def body():
-            while chunk := await sync_to_async(take)():
-                yield chunk
-
-        return body()
-
-    def body_sync():
-        while chunk := take():
-            yield chunk
-
-    return body_sync()
-
-
 def streaming_response(request, lines: Iterable[str], *, organization, format: str, filename: str):
     """A download of ``lines`` (``format`` "csv" or "jsonl") named ``filename``."""
-    raw = getattr(request, "_request", request)  # a DRF Request wraps Django's
-    response = StreamingHttpResponse(
-        streaming_body(lines, organization=organization, asynchronous=isinstance(raw, ASGIRequest)),
-        content_type=FORMATS[format],
+    return streaming_download(
+        request, lines, organization=organization, content_type=FORMATS[format], filename=filename
     )
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    response["Cache-Control"] = "no-store"
-    return response
 
 
 def export_lines(rows: Iterable[dict], *, format: str, fieldnames: list[str]) -> Iterator[str]:

@@ -1,7 +1,7 @@
 """Pages of evaluations, mounted at /o/<org>/p/<project>/evals/: each feature's module
 lists its own paths."""
 
-from evals.views import annotations, datasets, evaluators, experiments, exports, online, run_panel
+from evals.views import annotations, datasets, evaluators, experiments, exports, online, run_panel, trajectory_push
 
 app_name = "evals"
 urlpatterns = [
@@ -12,4 +12,5 @@ urlpatterns = [
     *online.urlpatterns,
     *run_panel.urlpatterns,
     *exports.urlpatterns,
+    *trajectory_push.urlpatterns,
 ]

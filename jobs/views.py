@@ -25,10 +25,10 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from agentops import live
+from agentops.downloads import streaming_body
 from agentops.errors import ServiceError
 from agentops.pages import Need, OrganizationPage, ProjectPage
 from billing.carbon import job_footprint
-from evals.exports import streaming_body
 from evals.models import DatasetItem
 from jobs import services
 from jobs.forms import BackendForm, BackendUpdateForm, JobForm, JobSecretForm

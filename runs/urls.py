@@ -2,7 +2,19 @@
 
 from django.urls import path, register_converter
 
-from runs.views import agents, approvals, chat, compare, dashboard, replays, run_detail, runs_list, sessions, settings
+from runs.views import (
+    agents,
+    approvals,
+    chat,
+    compare,
+    dashboard,
+    replays,
+    run_detail,
+    runs_list,
+    sessions,
+    settings,
+    trajectories,
+)
 
 
 class SessionIdConverter:
@@ -43,6 +55,15 @@ urlpatterns = [
     path("chat/<int:session_id>/undo/", chat.ChatUndoAction.as_view(), name="chat_undo"),
     path("chat/<int:session_id>/compact/", chat.ChatCompactAction.as_view(), name="chat_compact"),
     path("chat/<int:session_id>/close/", chat.ChatCloseAction.as_view(), name="chat_close"),
+    # A conversation's id is the agent's own text (any characters): a query parameter,
+    # so no conversation id can shadow the route.
+    path("trajectory/", trajectories.ConversationTrajectoryDownload.as_view(), name="conversation_trajectory"),
+    path(
+        "chat/<int:session_id>/trajectory/",
+        trajectories.AgentSessionTrajectoryDownload.as_view(),
+        name="agent_session_trajectory",
+    ),
+    path(f"{run}/trajectory/", trajectories.RunTrajectoryDownload.as_view(), name="trajectory"),
     path(f"{run}/", run_detail.RunDetailPage.as_view(), name="detail"),
     path(f"{run}/live/", run_detail.RunLiveFragment.as_view(), name="detail_live"),
     path(f"{run}/steps/<int:step_id>/", run_detail.StepPanelFragment.as_view(), name="step"),

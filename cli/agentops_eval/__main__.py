@@ -26,6 +26,7 @@ from pathlib import Path
 
 from agentops_eval import __version__, report
 from agentops_eval.client import ENDED_STATUSES, ApiError, Client, ClientError, ConfigError, ServerError
+from agentops_eval.config import connection_options, make_client, say
 
 EXIT_PASSED = 0
 EXIT_GATE_FAILED = 1
@@ -136,22 +137,6 @@ def _int_range(low: int, high: int | None = None):
     return parse
 
 
-def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
-    """--url, --project, --api-key: accepted before and after the command."""
-    default = argparse.SUPPRESS if suppress else None
-    group = parser.add_argument_group("connection")
-    group.add_argument(
-        "--url", default=default, help="the platform's address, e.g. https://agentops.example.com (env AGENTOPS_URL)"
-    )
-    group.add_argument("--project", default=default, help="ORG/PROJECT, the slugs in the URL (env AGENTOPS_PROJECT)")
-    group.add_argument(
-        "--api-key",
-        default=default,
-        help="a project API key with the read and execute scopes; prefer the env var AGENTOPS_API_KEY, "
-        "command lines show up in process lists and logs",
-    )
-
-
 def _gate_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("gate")
     group.add_argument(
@@ -233,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"agentops-eval {__version__}")
-    _global_options(parser, suppress=False)
+    connection_options(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     run = commands.add_parser(
@@ -242,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start an experiment of AGENT on DATASET, wait for it to end, evaluate the gate "
         "conditions and write the reports.",
     )
-    _global_options(run, suppress=True)
+    connection_options(run, suppress=True)
     what = run.add_argument_group("experiment")
     what.add_argument("--dataset", required=True, metavar="NAME", help="the dataset's name")
     what.add_argument("--dataset-version", type=_int_range(1), metavar="N", help="a dataset version (default: latest)")
@@ -288,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate the gate conditions on an experiment (waiting for it if it is still running) "
         "and write the reports.",
     )
-    _global_options(gate, suppress=True)
+    connection_options(gate, suppress=True)
     gate.add_argument("--experiment", required=True, type=_int_range(1), metavar="ID", help="the experiment's id")
     _gate_options(gate)
     _wait_options(gate)
@@ -299,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print an experiment's status and summary. Exit 0 when it succeeded or is still "
         "queued or running, 3 when it failed or was cancelled.",
     )
-    _global_options(status, suppress=True)
+    connection_options(status, suppress=True)
     status.add_argument("--experiment", required=True, type=_int_range(1), metavar="ID", help="the experiment's id")
     return parser
 
@@ -424,15 +409,11 @@ class Progress:
 # -- the commands -------------------------------------------------------------------------------
 
 
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+_say = say
 
 
 def _make_client(args) -> Client:
-    url = args.url or os.environ.get("AGENTOPS_URL", "")
-    project = args.project or os.environ.get("AGENTOPS_PROJECT", "")
-    api_key = args.api_key or os.environ.get("AGENTOPS_API_KEY", "")
-    return Client(url, project, api_key, log=lambda message: _say(f"agentops-eval: {message}"))
+    return make_client(args, prog="agentops-eval")
 
 
 def _wait(client: Client, experiment: dict, args, started: float) -> dict:

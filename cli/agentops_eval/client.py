@@ -179,9 +179,11 @@ class Client:
         params: dict | None = None,
         headers: dict | None = None,
         retry_conflict: bool = False,
+        retry_throttled: bool = True,
     ) -> Any:
         """One API call with retries. Returns the decoded JSON body of a 2xx answer; raises
-        ApiError for a 4xx answer, ServerError when every attempt failed."""
+        ApiError for a 4xx answer, ServerError when every attempt failed. A 429 is waited
+        out and retried unless ``retry_throttled`` is False (then it is an ApiError)."""
         url = urljoin(self.base, path)
         attempt = 0
         while True:
@@ -210,6 +212,8 @@ class Client:
                         "give the platform's final address in --url / AGENTOPS_URL"
                     )
                 error = _api_error(response)
+                if status == 429 and not retry_throttled:
+                    raise error
                 if status == 429:
                     problem = f"{method} {url}: throttled ({error.message})"
                     delay = max(delay, _retry_after(response, default=delay))

@@ -83,8 +83,9 @@ class ExportCreateSerializer(InputSerializer):
     kind = serializers.ChoiceField(
         choices=EXPORT_KIND_CHOICES,
         default="parquet",
-        help_text="parquet: the project's tables for a range of days. hf_dataset, hf_results, hf_leaderboard: "
-        "a push to a Hugging Face Hub dataset repository; hf_import: a Hub dataset's split into a dataset.",
+        help_text="parquet: the project's tables for a range of days. hf_dataset, hf_results, hf_leaderboard, "
+        "hf_trajectory: a push to a Hugging Face Hub dataset repository; hf_import: a Hub dataset's split into a "
+        "dataset.",
     )
     destination = serializers.IntegerField(help_text="An export destination's id (an hf_hub one for the Hub kinds).")
     start_date = serializers.DateField(required=False, help_text="parquet: the first day.")
@@ -99,7 +100,7 @@ class ExportCreateSerializer(InputSerializer):
         required=False,
         default=dict,
         help_text="The Hub kinds: repo_id, private (default true), split; hf_dataset: dataset, version; "
-        "hf_results: experiment; hf_leaderboard: dataset; hf_import: revision, columns "
+        "hf_results: experiment; hf_leaderboard: dataset; hf_trajectory: session or run; hf_import: revision, columns "
         "({input, expected, key, metadata}), dataset or new_dataset (docs/exports.md).",
     )
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 from agentops.errors import InvalidRequest
 from evals.bulk_export.destinations import DESTINATION_KINDS
 from evals.bulk_export.hub_kinds import HUB_KINDS
+from evals.bulk_export.hub_trajectory import HubTrajectoryPush
 from evals.bulk_export.kind_base import ExportKind, Progress
 
 __all__ = ["EXPORT_KINDS", "EXPORT_KIND_CHOICES", "ExportKind", "Progress"]
@@ -92,5 +93,5 @@ class ParquetExport(ExportKind):
         )
 
 
-EXPORT_KINDS: dict[str, ExportKind] = {kind.kind: kind for kind in (ParquetExport(), *HUB_KINDS)}
+EXPORT_KINDS: dict[str, ExportKind] = {kind.kind: kind for kind in (ParquetExport(), *HUB_KINDS, HubTrajectoryPush())}
 EXPORT_KIND_CHOICES = [(name, kind.label) for name, kind in EXPORT_KINDS.items()]

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from runs import sse
-from runs.api import agents, approvals, batch, compare, replays, sessions, settings, views
+from runs.api import agents, approvals, batch, compare, replays, sessions, settings, trajectories, views
 
 project = "projects/<slug:org_slug>/<slug:project_slug>"
 run = f"{project}/runs/<int:run_id>"
@@ -26,11 +26,17 @@ urlpatterns = [
         name="api-webhook-tool-detail",
     ),
     path(f"{project}/runs/export/", views.RunExportView.as_view(), name="api-run-export"),
+    path(
+        f"{project}/runs/trajectory/",
+        trajectories.ConversationTrajectoryView.as_view(),
+        name="api-conversation-trajectory",
+    ),
     path(f"{run}/", views.RunDetailView.as_view(), name="api-run-detail"),
     path(f"{run}/steps/", views.RunStepListView.as_view(), name="api-run-steps"),
     path(f"{run}/messages/", views.RunMessageListView.as_view(), name="api-run-messages"),
     path(f"{run}/tool-calls/", views.RunToolCallListView.as_view(), name="api-run-tool-calls"),
     path(f"{run}/memory/", views.RunMemoryListView.as_view(), name="api-run-memory"),
+    path(f"{run}/trajectory/", trajectories.RunTrajectoryView.as_view(), name="api-run-trajectory"),
     path(f"{project}/ingest-settings/", settings.IngestSettingsView.as_view(), name="api-ingest-settings"),
     path(f"{project}/sessions/", views.SessionListView.as_view(), name="api-session-list"),
     # Session ids are the client's: `path` so one with a slash (sent as %2F) still matches.
@@ -45,6 +51,11 @@ urlpatterns = [
     path(f"{session}/compact/", sessions.SessionCompactView.as_view(), name="api-agent-session-compact"),
     path(f"{session}/close/", sessions.SessionCloseView.as_view(), name="api-agent-session-close"),
     path(f"{session}/events/", sse.session_events, name="api-agent-session-events"),
+    path(
+        f"{session}/trajectory/",
+        trajectories.AgentSessionTrajectoryView.as_view(),
+        name="api-agent-session-trajectory",
+    ),
     path(f"{run}/events/", sse.run_events, name="api-run-events"),
     path(f"{project}/compare/", compare.RunCompareView.as_view(), name="api-run-compare"),
 ]

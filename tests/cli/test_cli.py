@@ -905,7 +905,7 @@ def test_pyproject_names_the_console_script_and_only_requests():
     assert project["name"] == "agentops-eval"
     assert project["requires-python"] == ">=3.11"
     assert len(project["dependencies"]) == 1 and project["dependencies"][0].startswith("requests>=2.31")
-    assert project["scripts"] == {"agentops-eval": "agentops_eval.__main__:main"}
+    assert project["scripts"] == {"agentops-eval": "agentops_eval.__main__:main", "agentops": "agentops_eval.app:main"}
     assert data["build-system"]["build-backend"] == "setuptools.build_meta"
 
 

@@ -12,6 +12,7 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from agentops.csvexport import original_text
+from agentops.downloads import streaming_body
 from agentops.scoping import organization_scope
 from evals import exports, selectors
 from evals.models import ExperimentResult
@@ -141,7 +142,7 @@ def test_the_body_streams_in_chunks_in_scope_under_asgi_too(tenant, setup):
         fieldnames = exports.experiment_results_fieldnames(experiment)
     assert names == ["a"]
     lines = exports.write_csv(exports.experiment_results_rows(experiment, batch_size=4), fieldnames)
-    body = exports.streaming_body(lines, organization=tenant.organization, asynchronous=True)
+    body = streaming_body(lines, organization=tenant.organization, asynchronous=True)
 
     async def read() -> list[str]:
         return [chunk async for chunk in body]

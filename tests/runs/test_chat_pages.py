@@ -91,6 +91,19 @@ def test_a_session_renders_its_turns_from_stored_events_with_a_link_to_each_run(
     assert "/api/v1/projects/acme/agent/agent-sessions/" in page and "/events/" in page
 
 
+def test_the_chat_page_links_the_session_s_trajectory(signed_in, tenant):
+    session = _session(tenant)
+    run = _send_and_run(tenant, session, "Hello there")
+    client = signed_in(tenant.viewer)
+    page = text(client.get(f"{BASE}/{session.pk}/"))
+    link = re.search(r'<a href="([^"]+)" id="chat-trajectory" download', page)
+    assert link, "the chat page offers the session's trajectory"
+    response = client.get(link[1])
+    assert response.status_code == 200 and response["Content-Type"] == "application/x-ndjson"
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines()]
+    assert [(line["turn"], line["run"]["id"]) for line in lines] == [(1, run.pk)]
+
+
 def test_the_page_shows_the_answer_only_up_to_the_event_it_follows_from(signed_in, tenant):
     """The page renders the events up to N and follows the stream from N: a chunk stored
     after N arrives live, never also in the page (and the fragment folds up to its id)."""

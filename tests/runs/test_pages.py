@@ -281,6 +281,8 @@ def urls_of(run: Run, step: Step, message_id: int, base: str = BASE) -> list[tup
         (f"{detail}/values/step/{step.pk}/attributes/?raw=1", {}),
         (f"{detail}/values/message/{message_id}/content/", HTMX),
         (f"{detail}/values/run/{run.pk}/input/", HTMX),
+        (f"{detail}/trajectory/", {}),
+        (f"{base}/trajectory/?session=conv-1", {}),
     ]
 
 
@@ -855,6 +857,34 @@ def test_session_page_lists_the_conversations_runs_in_order_with_their_text(sign
     assert "Where is my order #1042?" in page and "Refund?" in page
     assert "Your order shipped yesterday" in page
     assert signed_in(tenant.viewer).get(f"{BASE}/sessions/no-such-session/").status_code == 404
+
+
+def _download_lines(response) -> list[dict]:
+    assert response.status_code == 200 and response["Content-Type"] == "application/x-ndjson"
+    return [json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines()]
+
+
+def test_the_run_page_links_to_the_run_s_trajectory(signed_in, tenant, runs):
+    client = signed_in(tenant.viewer)
+    run = runs["trace-a"]
+    page = text(client.get(f"{BASE}/{run.pk}/"))
+    link = re.search(r'<a href="([^"]+)" id="run-trajectory" download', page)
+    assert link, "the run page offers its trajectory"
+    (line,) = _download_lines(client.get(link[1]))
+    assert line["format"] == "agentops.trajectory/1" and line["run"]["trace_id"] == "trace-a"
+    assert {"role": "user", "content": "Where is my order #1042?"} in line["messages"]
+
+
+def test_the_session_page_links_to_the_conversation_s_trajectory(signed_in, tenant, runs):
+    client = signed_in(tenant.viewer)
+    page = text(client.get(f"{BASE}/sessions/conv-1/"))
+    link = re.search(r'href="([^"]+)" id="session-trajectory" download', page)
+    assert link, "the session page offers its trajectory"
+    lines = _download_lines(client.get(link[1].replace("&amp;", "&")))
+    assert [(line["turn"], line["run"]["trace_id"]) for line in lines] == [(1, "trace-a"), (2, "trace-b")]
+    assert {line["session"]["id"] for line in lines} == {"conv-1"}
+    assert client.get(f"{BASE}/trajectory/?session=no-such-session").status_code == 404
+    assert client.get(f"{BASE}/trajectory/").status_code == 404
 
 
 def test_dashboard_shows_totals_and_loads_plotly_from_local_static_files(signed_in, tenant, runs):
