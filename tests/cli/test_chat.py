@@ -243,6 +243,59 @@ def test_a_chat_in_a_terminal_streams_decides_interrupts_undoes_compacts_and_res
 
 
 @pytest.mark.django_db(transaction=True)
+def test_resuming_a_turn_that_waits_for_approval_shows_it_so_far_and_asks(
+    asgi_server,  # noqa: F811 - the fixture imported above
+    celery_worker,
+    fake_mistral,
+    tenant,
+    make_api_key,
+    tmp_path,
+):
+    from agentops.scoping import organization_scope
+    from runs.models import Approval, Run
+    from runs.services.agents import agent_create
+    from runs.services.sessions import session_create, session_send
+
+    fake_mistral.serve(tenant.organization)
+    fake_mistral.reply(
+        completion(content="Let me compute that.", tool_calls=[("c1", "calculator", {"expression": "6*7"})])
+    )
+    fake_mistral.reply(completion(content="It is 42."))
+    with organization_scope(tenant.organization):
+        agent = agent_create(
+            project=tenant.project,
+            actor=tenant.member,
+            name="helper",
+            model=MODEL,
+            tools=["calculator"],
+            approval_tools=["calculator"],
+        )
+        session = session_create(project=tenant.project, agent=agent, actor=tenant.member, title="From the page")
+        session_send(session=session, actor=tenant.member, content="What is 6*7?")
+    pending = Approval.dangerously_unscoped_objects.filter(run__agent_session=session, status="pending")
+    _wait_for(pending.exists, "the turn waits for an approval")
+    _key, raw_key = make_api_key(tenant.project)
+    env = {"AGENTOPS_URL": asgi_server, "AGENTOPS_PROJECT": "acme/agent", "AGENTOPS_API_KEY": raw_key}
+
+    terminal = Terminal([str(console_script("agentops", tmp_path)), "chat", "--session", str(session.pk)], env)
+    try:
+        terminal.expect(rf'Resumed session {session.pk} "From the page" with helper v1')
+        terminal.expect(r"you> What is 6\*7\?\n")
+        terminal.expect(r"agent> Let me compute that\.")  # the turn so far, from its first event
+        terminal.expect(re.escape('[approval] calculator wants to run with {"expression": "6*7"}'))
+        terminal.expect(re.escape("approve? [y]es / [n]o / [e]dit / [a]ll: "))
+        terminal.line("y")
+        terminal.expect(r'\[tool\] calculator -> .*"result": 42\}')
+        terminal.expect(r"agent> It is 42\.")
+        terminal.expect("you> ")
+        terminal.line("/exit")
+        assert terminal.wait() == 0
+    finally:
+        terminal.close()
+    assert Run.dangerously_unscoped_objects.get(agent_session=session, turn=1).status == Run.Status.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
 def test_unknown_agent_or_session_and_a_refused_key_exit_2_with_the_servers_message(
     asgi_server,  # noqa: F811 - the fixture imported above
     tenant,
