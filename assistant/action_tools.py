@@ -212,24 +212,11 @@ async def run_gate(
 
 def _submit_job(access, *, arguments: dict) -> dict:
     from jobs import selectors
-    from jobs.api.views import JobSerializer
+    from jobs.api.views import JobSerializer, job_submit_arguments
     from jobs.services import job_submit
 
     data = job_submission(access, arguments)
-    job = job_submit(
-        project=access.project,
-        actor=None,
-        backend=data["backend"],
-        hardware=data["hardware"],
-        name=data["name"],
-        image=data["image"],
-        command=data["command"],
-        env=data["env"],
-        secret_names=data["secrets"],
-        time_limit_seconds=data["time_limit_seconds"],
-        evaluation=data["evaluation"],
-        api_key=access.api_key,
-    )
+    job = job_submit(project=access.project, actor=None, **job_submit_arguments(data), api_key=access.api_key)
     return JobSerializer(selectors.job_detail(project=access.project, job_id=job.pk)).data
 
 

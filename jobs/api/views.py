@@ -123,6 +123,23 @@ class JobSubmitSerializer(InputSerializer):
     evaluation = EvaluationSerializer(required=False, allow_null=True, default=None)
 
 
+def job_submit_arguments(submission: dict) -> dict:
+    """job_submit's keyword arguments from a checked JobSubmitSerializer submission whose names are
+    resolved: the REST API and the assistant's submit_job both submit through it, so a field added
+    to the submission reaches the service from both."""
+    return {
+        "backend": submission["backend"],
+        "hardware": submission["hardware"],
+        "name": submission["name"],
+        "image": submission["image"],
+        "command": submission["command"],
+        "env": submission["env"],
+        "secret_names": submission["secrets"],
+        "time_limit_seconds": submission["time_limit_seconds"],
+        "evaluation": submission["evaluation"],
+    }
+
+
 class JobsEndpoint(ProjectEndpoint):
     queryset = Job.objects.none()
 
@@ -186,15 +203,7 @@ class JobListView(JobsEndpoint):
         job = job_submit(
             project=self.project,
             actor=request.user if request.user.pk else None,
-            backend=data["backend"],
-            hardware=data["hardware"],
-            name=data["name"],
-            image=data["image"],
-            command=data["command"],
-            env=data["env"],
-            secret_names=data["secrets"],
-            time_limit_seconds=data["time_limit_seconds"],
-            evaluation=data["evaluation"],
+            **job_submit_arguments(data),
             api_key=self.access.api_key,
             ip=self.client_ip,
         )
