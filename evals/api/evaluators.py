@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
+from agentops import url_prefixes
 from agentops.api.base import ProjectEndpoint
 from agentops.api.serializers import InputSerializer
 from evals.models import Evaluator
@@ -194,7 +195,7 @@ def outcome_body(spec: dict, outcome) -> dict:
     }
 
 
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+project = url_prefixes.API_PROJECT
 evaluator = f"{project}/evaluators/<int:evaluator_id>"
 
 urlpatterns = [

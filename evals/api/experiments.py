@@ -10,6 +10,7 @@ from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
+from agentops import url_prefixes
 from agentops.api.base import ProjectEndpoint
 from agentops.api.idempotency import idempotent
 from agentops.api.lookup import by_name_or_id
@@ -402,7 +403,7 @@ class LeaderboardView(DownloadNegotiation, ExperimentsEndpoint):
         )
 
 
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+project = url_prefixes.API_PROJECT
 experiment = f"{project}/experiments/<int:experiment_id>"
 urlpatterns = [
     path(f"{project}/experiments/", ExperimentListView.as_view(), name="api-experiment-list"),

@@ -11,6 +11,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agentops import url_prefixes
 from agentops.api.base import OrganizationEndpoint, ProjectEndpoint
 from agentops.api.idempotency import idempotent
 from agentops.api.lookup import by_name_or_id
@@ -466,9 +467,9 @@ class JobResultsView(JobTokenEndpoint):
         return Response({"accepted": accepted}, status=status.HTTP_202_ACCEPTED)
 
 
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+project = url_prefixes.API_PROJECT
 job = f"{project}/jobs/<int:job_id>"
-org = "organizations/<slug:org_slug>"
+org = url_prefixes.API_ORGANIZATION
 urlpatterns = [
     path(f"{project}/jobs/", JobListView.as_view(), name="api-job-list"),
     path(f"{project}/jobs/estimate/", JobEstimateView.as_view(), name="api-job-estimate"),
