@@ -44,17 +44,7 @@ LEVEL_COLUMNS = {
     "model": ["organization__slug", "project__slug", "model"],
     "day": ["organization__slug", "project__slug", "model", "day"],
 }
-MEASURE_COLUMNS = [
-    "cost",
-    "input_tokens",
-    "cached_input_tokens",
-    "output_tokens",
-    "steps",
-    "unpriced_steps",
-    "reported_cost",
-    "reported_computed_cost",
-    "cost_differs",
-]
+MEASURE_COLUMNS = [*spend.SUMS, "cost_differs"]
 
 
 @admin.register(UsageDaily)
