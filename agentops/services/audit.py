@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
+
 from agentops.models import ApiKey, AuditEvent, Organization
 from agentops.scoping import dangerously_unscoped
 
@@ -39,3 +41,14 @@ def audit_record(
         with dangerously_unscoped("a platform-wide change belongs to no organization"):
             return AuditEvent.objects.create(**fields)
     return AuditEvent.objects.create(**fields)
+
+
+def audited_update(row, changes: dict, *, actor, action: str, data: dict, ip: str | None = None) -> None:
+    """Save ``changes`` (field name -> value) on ``row`` (locked by the caller) with a new
+    ``updated_at``, writing those columns only, and record ``action`` on it in its
+    project's organization."""
+    for field, value in changes.items():
+        setattr(row, field, value)
+    row.updated_at = timezone.now()
+    row.save(update_fields=[*changes, "updated_at"])
+    audit_record(organization=row.project.organization, actor=actor, action=action, target=row, data=data, ip=ip)

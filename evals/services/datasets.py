@@ -26,7 +26,7 @@ from django.utils import timezone
 from agentops import jsonsafe
 from agentops.errors import Conflict, InvalidRequest, NotFound
 from agentops.jsonsafe import storage_problem
-from agentops.services.audit import audit_record
+from agentops.services.audit import audit_record, audited_update
 from evals.models import Dataset, DatasetItem, DatasetVersion
 
 MAX_IMPORT_BYTES = 10 * 1024 * 1024
@@ -121,17 +121,8 @@ def dataset_update(
     try:
         with transaction.atomic():
             locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
-            for field, value in changes.items():
-                setattr(locked, field, value)
-            locked.updated_at = timezone.now()
-            locked.save(update_fields=[*changes, "updated_at"])
-            audit_record(
-                organization=locked.project.organization,
-                actor=actor,
-                action="dataset.update",
-                target=locked,
-                data={"changed": sorted(changes)},
-                ip=ip,
+            audited_update(
+                locked, changes, actor=actor, action="dataset.update", data={"changed": sorted(changes)}, ip=ip
             )
     except IntegrityError:
         raise Conflict(f"a dataset named {changes['name']!r} already exists in this project") from None

@@ -14,7 +14,7 @@ from agentops import crypto
 from agentops.destinations import Destination, check_credential_destination
 from agentops.errors import Conflict, InvalidRequest
 from agentops.models import ApiKey
-from agentops.services.audit import audit_record
+from agentops.services.audit import audit_record, audited_update
 from evals.models import Evaluator, OnlineRule
 from evals.scoring import get_kind, new_webhook_secret, validate_config
 
@@ -162,15 +162,11 @@ def evaluator_update(
                     supplied="secret_ciphertext" in changes,
                     credential="the signing secret (secret)",
                 )
-            for field, value in changes.items():
-                setattr(locked, field, value)
-            locked.updated_at = timezone.now()
-            locked.save(update_fields=[*changes, "updated_at"])
-            audit_record(
-                organization=locked.project.organization,
+            audited_update(
+                locked,
+                changes,
                 actor=actor,
                 action="evaluator.update",
-                target=locked,
                 # Which fields changed, never the secret or a configuration's values.
                 data={"fields": sorted(field.replace("_ciphertext", "") for field in changes)},
                 ip=ip,
