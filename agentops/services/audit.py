@@ -8,6 +8,12 @@ from agentops.models import ApiKey, AuditEvent, Organization
 from agentops.scoping import dangerously_unscoped
 
 
+def acting_user(actor):
+    """The user behind ``actor``, for ``created_by`` and ``updated_by``: None for an API
+    key, the system (None) or an anonymous request."""
+    return actor if getattr(actor, "is_authenticated", False) and getattr(actor, "pk", None) else None
+
+
 def audit_record(
     *,
     organization: Organization | None,

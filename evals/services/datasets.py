@@ -26,7 +26,7 @@ from django.utils import timezone
 from agentops import jsonsafe
 from agentops.errors import Conflict, InvalidRequest, NotFound
 from agentops.jsonsafe import storage_problem
-from agentops.services.audit import audit_record, audited_update
+from agentops.services.audit import acting_user, audit_record, audited_update
 from evals.models import Dataset, DatasetItem, DatasetVersion
 
 MAX_IMPORT_BYTES = 10 * 1024 * 1024
@@ -77,11 +77,6 @@ def _clean_name(name: str) -> str:
     return name
 
 
-def _user(actor):
-    """The user behind ``actor`` for ``created_by`` (an API key has none)."""
-    return actor if getattr(actor, "is_authenticated", False) and getattr(actor, "pk", None) else None
-
-
 def dataset_create(*, project, actor, name: str, description: str = "", ip: str | None = None) -> Dataset:
     """Create an empty dataset; its first change of items makes version 1."""
     name = _clean_name(name)
@@ -92,7 +87,7 @@ def dataset_create(*, project, actor, name: str, description: str = "", ip: str 
                 project=project,
                 name=name,
                 description=(description or "").strip(),
-                created_by=_user(actor),
+                created_by=acting_user(actor),
             )
             audit_record(
                 organization=project.organization,
@@ -504,7 +499,7 @@ def _change(
             number=number,
             item_count=item_count,
             note=note[:MAX_NOTE_LENGTH],
-            created_by=_user(actor),
+            created_by=acting_user(actor),
             created_at=now,
         )
         locked.latest_version = number

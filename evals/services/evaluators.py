@@ -13,8 +13,7 @@ from django.utils import timezone
 from agentops import crypto
 from agentops.destinations import Destination, check_credential_destination
 from agentops.errors import Conflict, InvalidRequest
-from agentops.models import ApiKey
-from agentops.services.audit import audit_record, audited_update
+from agentops.services.audit import acting_user, audit_record, audited_update
 from evals.models import Evaluator, OnlineRule
 from evals.scoring import get_kind, new_webhook_secret, validate_config
 
@@ -51,11 +50,6 @@ def _clean_secret(secret: str) -> str:
     if not isinstance(secret, str) or not low <= len(secret.strip()) <= high:
         raise InvalidRequest(f"a webhook secret is {low} to {high} characters")
     return secret.strip()
-
-
-def _user(actor):
-    """The person to record as the creator (an API key is recorded in the audit log only)."""
-    return None if actor is None or isinstance(actor, ApiKey) else actor
 
 
 def _name_taken(project, name: str, *, exclude: int | None = None) -> Conflict:
@@ -101,7 +95,7 @@ def evaluator_create(
                 config=cleaned,
                 pass_threshold=threshold,
                 secret_ciphertext=crypto.encrypt(secret) if secret else "",
-                created_by=_user(actor),
+                created_by=acting_user(actor),
             )
             audit_record(
                 organization=project.organization,
