@@ -113,6 +113,23 @@ class ExperimentStartSerializer(InputSerializer):
     metadata = serializers.DictField(required=False, default=dict)
 
 
+def experiment_start_settings(start: dict) -> dict:
+    """experiment_start's keyword arguments that a checked ExperimentStartSerializer body
+    gives as they are (the caller resolves the dataset, agent and evaluators it names):
+    the REST API and the assistant's start_experiment both start through it."""
+    return {
+        "dataset_version_number": start["dataset_version"],
+        "agent_version_number": start["agent_version"],
+        "kind": start["kind"],
+        "name": start["name"],
+        "concurrency": start["concurrency"],
+        "parameters": start["parameters"],
+        "branch": start["branch"],
+        "commit": start["commit"],
+        "metadata": start["metadata"],
+    }
+
+
 class ResultSerializer(serializers.ModelSerializer):
     input = serializers.JSONField(source="item.input")
     expected = serializers.JSONField(source="item.expected")
@@ -232,17 +249,9 @@ class ExperimentListView(ExperimentsEndpoint):
             project=self.project,
             actor=request.user if request.user.pk else None,
             dataset=dataset,
-            dataset_version_number=data["dataset_version"],
             agent=agent,
-            agent_version_number=data["agent_version"],
             evaluators=evaluators,
-            kind=data["kind"],
-            name=data["name"],
-            concurrency=data["concurrency"],
-            parameters=data["parameters"],
-            branch=data["branch"],
-            commit=data["commit"],
-            metadata=data["metadata"],
+            **experiment_start_settings(data),
             api_key=self.access.api_key,
             ip=self.client_ip,
         )
