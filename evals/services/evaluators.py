@@ -58,6 +58,19 @@ def _name_taken(project, name: str, *, exclude: int | None = None) -> Conflict:
     return Conflict(f"an evaluator named {name!r} already exists in this project{archived}")
 
 
+def evaluator_input(data: dict) -> dict:
+    """evaluator_create's and evaluator_update's name, description, config,
+    pass_threshold and secret, from a checked page form or API body (both name the
+    threshold ``threshold`` and send no secret as a blank)."""
+    return {
+        "name": data["name"],
+        "description": data["description"],
+        "config": data["config"],
+        "pass_threshold": data["threshold"],
+        "secret": data["secret"] or None,
+    }
+
+
 def evaluator_create(
     *,
     project,
