@@ -8,8 +8,18 @@ worker, any number of times.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+
+def redact_secrets(text: str, secrets: Iterable[str], mask: str = "[redacted]") -> str:
+    """``text`` (a backend's error, a log line) with every secret of four characters or
+    more replaced by ``mask``, the longest first (so a secret inside another leaves no
+    part of the longer one)."""
+    for secret in sorted({value for value in secrets if value and len(value) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, mask)
+    return text
 
 
 class BackendError(Exception):

@@ -35,7 +35,7 @@ from huggingface_hub.errors import HfHubHTTPError, JobNotFoundError
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
 from agentops.netguard import UnsafeUrlError, check_outbound_url
-from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
+from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus, redact_secrets
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 # huggingface_hub's shared HTTP client has no timeout at all; a Hub that stops answering
@@ -108,12 +108,6 @@ def _configure_client() -> None:
         if not _client_configured:
             set_client_factory(_bounded_client_factory)
             _client_configured = True
-
-
-def _redact(text: str, secrets: Iterable[str]) -> str:
-    for secret in sorted({value for value in secrets if value and len(value) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, "[redacted]")
-    return text
 
 
 class HfJobsBackend:
@@ -331,7 +325,7 @@ class HfJobsBackend:
     def _error(self, doing: str, exc: HfHubHTTPError, secrets: Iterable[str] = ()) -> BackendError:
         status = exc.response.status_code if exc.response is not None else None
         detail = (exc.server_message or "").strip().splitlines()
-        detail_text = _redact(detail[0][:300], [*secrets, self._token]) if detail else ""
+        detail_text = redact_secrets(detail[0][:300], [*secrets, self._token]) if detail else ""
         if status == 401:
             message = "Hugging Face refused the token"
         elif status == 403:
