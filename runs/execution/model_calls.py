@@ -102,20 +102,16 @@ def _end_with_failed_call(
         write(
             run,
             steps=[
-                llm_step(
-                    run,
-                    f"llm-{step}",
-                    f"chat {spec.model}",
-                    ROOT_SPAN,
-                    provider,
-                    spec,
-                    started,
-                    input={"messages": state["conversation"]},
-                    error=error,
-                )
+                _chat_step(run, step, spec, provider, started, input={"messages": state["conversation"]}, error=error)
             ],
         )
         finish_run(run, status=status, error=run_error)
+
+
+def _chat_step(run: Run, step: int, spec, provider, started, **fields):
+    """The ``llm`` step of the run's ``step``-th model call (span ``llm-<step>``, under the
+    run's root), answered or failed as ``fields`` say."""
+    return llm_step(run, f"llm-{step}", f"chat {spec.model}", ROOT_SPAN, provider, spec, started, **fields)
 
 
 def _beating(run: Run, write_piece, chunks: ChunkBuffer):
@@ -145,13 +141,11 @@ def store_answer(run, state, step, spec, provider, started, parameters, result, 
     write(
         run,
         steps=[
-            llm_step(
+            _chat_step(
                 run,
-                f"llm-{step}",
-                f"chat {spec.model}",
-                ROOT_SPAN,
-                provider,
+                step,
                 spec,
+                provider,
                 started,
                 input={"messages": state["conversation"], "parameters": parameters},
                 result=result,
