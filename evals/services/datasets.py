@@ -353,12 +353,18 @@ def _parse_csv(text: str, problems: list[str]) -> list[NewItem]:
             continue
         if extra:
             raw["metadata"] = {**raw.get("metadata", {}), **extra}
-        item = _check_item(raw, where=where, problems=problems, strict=False)
-        if item is not None:
-            items.append(item)
-        if len(items) > MAX_ITEMS_PER_CHANGE:
+        if _keep_item(raw, where=where, problems=problems, items=items):
             break
     return items
+
+
+def _keep_item(raw: dict, *, where: str, problems: list[str], items: list[NewItem]) -> bool:
+    """Check an imported row (``where`` names it in problems) and keep it as an item; True
+    once there are more items than one change may add, so the reader stops."""
+    item = _check_item(raw, where=where, problems=problems, strict=False)
+    if item is not None:
+        items.append(item)
+    return len(items) > MAX_ITEMS_PER_CHANGE
 
 
 def _parse_json_lines(text: str, problems: list[str]) -> list[NewItem]:
@@ -393,10 +399,7 @@ def _parse_json_lines(text: str, problems: list[str]) -> list[NewItem]:
                 problems.append(f"{where}: metadata must be a JSON object")
                 continue
             raw["metadata"] = {**(metadata or {}), **value}
-        item = _check_item(raw, where=where, problems=problems, strict=False)
-        if item is not None:
-            items.append(item)
-        if len(items) > MAX_ITEMS_PER_CHANGE:
+        if _keep_item(raw, where=where, problems=problems, items=items):
             break
     return items
 
