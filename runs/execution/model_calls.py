@@ -56,7 +56,11 @@ def ask_model(
             timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
             on_text=_beating(run, stream.write, chunks),
         )
-    except CallAbandoned:  # cancelled while the model was writing its answer
+    except (CallAbandoned, ProviderError) as exc:
+        if isinstance(exc, CallAbandoned):  # cancelled while the model was writing its answer
+            error, status, run_error = "cancelled while the model was answering", Run.Status.CANCELLED, "cancelled"
+        else:
+            error, status, run_error = str(exc), Run.Status.FAILED, f"step {step}: {exc}"
         _end_with_failed_call(
             run,
             state,
@@ -66,24 +70,9 @@ def ask_model(
             started=started,
             stream=stream,
             chunks=chunks,
-            error="cancelled while the model was answering",
-            status=Run.Status.CANCELLED,
-            run_error="cancelled",
-        )
-        return None
-    except ProviderError as exc:
-        _end_with_failed_call(
-            run,
-            state,
-            step=step,
-            spec=spec,
-            provider=provider,
-            started=started,
-            stream=stream,
-            chunks=chunks,
-            error=str(exc),
-            status=Run.Status.FAILED,
-            run_error=f"step {step}: {exc}",
+            error=error,
+            status=status,
+            run_error=run_error,
         )
         return None
     stream.close()
