@@ -5,6 +5,20 @@ from django.contrib import admin
 from agentops.models import ApiKey, AuditEvent, Invitation, Membership, Organization, Project, ProviderSecret
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """An admin entry staff can look at but never add to, change or delete from (records
+    other code writes: the audit log, the ledger, applied recomputes)."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
@@ -56,17 +70,8 @@ class ProviderSecretAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ["created_at", "organization_slug", "actor_label", "action", "target_label", "ip_address"]
     list_filter = ["action"]
     search_fields = ["organization_slug", "actor_label", "action", "target_label", "target_id"]
     date_hierarchy = "created_at"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -19,6 +19,17 @@ SCOPE_HELP = {
 }
 
 
+def version_field(label: str) -> forms.IntegerField:
+    """A version number to pick (a dataset's, an agent's); left blank, the latest."""
+    return forms.IntegerField(
+        label=label,
+        required=False,
+        min_value=1,
+        help_text="Blank: the latest version.",
+        widget=forms.NumberInput(attrs={"placeholder": "latest"}),
+    )
+
+
 def json_object(text: str, what: str) -> dict:
     """A form field's text as a JSON object ({} when empty), or a ValidationError that
     names the field (``what``, as it starts a sentence: "The settings", "Metadata"): the

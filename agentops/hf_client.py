@@ -20,7 +20,6 @@ process-wide HTTP client is configured once per process:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 import httpx2
@@ -107,10 +106,3 @@ def hub_api(endpoint: str, token: str) -> HfApi:
     with _lock:
         _token_origins.add(origin(endpoint))
     return HfApi(endpoint=endpoint, token=token, library_name="agentops-studio")
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret in it replaced by ``[redacted]``."""
-    for secret in sorted({value for value in secrets if value and len(value) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, "[redacted]")
-    return text

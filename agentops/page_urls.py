@@ -4,10 +4,11 @@ evals, jobs and billing apps mount their own pages there (agentops/urls.py)."""
 
 from django.urls import path
 
+from agentops import url_prefixes
 from agentops.views import audit, members, organization, projects, secrets, start
 
-org = "o/<slug:org_slug>"
-project = f"{org}/p/<slug:project_slug>"
+org = url_prefixes.PAGE_ORGANIZATION
+project = url_prefixes.PAGE_PROJECT
 
 urlpatterns = [
     path("", start.home, name="home"),

@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from agentops import health
+from agentops.url_prefixes import PAGE_ORGANIZATION, PAGE_PROJECT
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
@@ -20,11 +21,11 @@ urlpatterns = [
     # inline, which the Content-Security-Policy would refuse.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("agentops.page_urls")),
-    path("o/<slug:org_slug>/p/<slug:project_slug>/runs/", include("runs.urls")),
-    path("o/<slug:org_slug>/p/<slug:project_slug>/evals/", include("evals.urls")),
-    path("o/<slug:org_slug>/p/<slug:project_slug>/jobs/", include("jobs.urls")),
-    path("o/<slug:org_slug>/billing/", include("billing.urls")),
-    path("o/<slug:org_slug>/compute/", include("jobs.org_urls")),
+    path(f"{PAGE_PROJECT}/runs/", include("runs.urls")),
+    path(f"{PAGE_PROJECT}/evals/", include("evals.urls")),
+    path(f"{PAGE_PROJECT}/jobs/", include("jobs.urls")),
+    path(f"{PAGE_ORGANIZATION}/billing/", include("billing.urls")),
+    path(f"{PAGE_ORGANIZATION}/compute/", include("jobs.org_urls")),
 ]
 
 handler404 = "agentops.views.errors.not_found"

@@ -112,7 +112,7 @@ async def start_run(
 
 def _start_experiment(access, *, arguments: dict) -> dict:
     from evals import selectors
-    from evals.api.experiments import ExperimentSerializer, ExperimentStartSerializer
+    from evals.api.experiments import ExperimentSerializer, ExperimentStartSerializer, experiment_start_settings
     from evals.services.experiments import experiment_start
     from runs import selectors as runs_selectors
 
@@ -121,19 +121,11 @@ def _start_experiment(access, *, arguments: dict) -> dict:
         project=access.project,
         actor=None,
         dataset=selectors.dataset_lookup(project=access.project, value=data["dataset"]),
-        dataset_version_number=data["dataset_version"],
         agent=runs_selectors.agent_lookup(project=access.project, value=data["agent"])
         if data["agent"] is not None
         else None,
-        agent_version_number=data["agent_version"],
         evaluators=[selectors.evaluator_lookup(project=access.project, value=name) for name in data["evaluators"]],
-        kind=data["kind"],
-        name=data["name"],
-        concurrency=data["concurrency"],
-        parameters=data["parameters"],
-        branch=data["branch"],
-        commit=data["commit"],
-        metadata=data["metadata"],
+        **experiment_start_settings(data),
         api_key=access.api_key,
     )
     return ExperimentSerializer(selectors.experiment_detail(project=access.project, experiment_id=experiment.pk)).data
@@ -212,24 +204,11 @@ async def run_gate(
 
 def _submit_job(access, *, arguments: dict) -> dict:
     from jobs import selectors
-    from jobs.api.views import JobSerializer
+    from jobs.api.views import JobSerializer, job_submit_arguments
     from jobs.services import job_submit
 
     data = job_submission(access, arguments)
-    job = job_submit(
-        project=access.project,
-        actor=None,
-        backend=data["backend"],
-        hardware=data["hardware"],
-        name=data["name"],
-        image=data["image"],
-        command=data["command"],
-        env=data["env"],
-        secret_names=data["secrets"],
-        time_limit_seconds=data["time_limit_seconds"],
-        evaluation=data["evaluation"],
-        api_key=access.api_key,
-    )
+    job = job_submit(project=access.project, actor=None, **job_submit_arguments(data), api_key=access.api_key)
     return JobSerializer(selectors.job_detail(project=access.project, job_id=job.pk)).data
 
 

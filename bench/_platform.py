@@ -1,11 +1,14 @@
 """What the benchmarks share: a private platform (embedded PostgreSQL and Redis in a
-temporary folder, production settings), a local Mistral-speaking server, percentiles."""
+temporary folder, production settings), its bench user and project, a local
+Mistral-speaking server, a uvicorn server of the platform, timings and percentiles."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -66,6 +69,55 @@ def private_platform(**extra_env: str) -> Iterator[dict[str, str]]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def bench_project():
+    """The bench user (bench@example.com) and the project bench/bench it owns, on the
+    private platform: returns ``(user, project)``."""
+    from agentops.scoping import organization_scope
+    from agentops.services.organizations import organization_create, project_create
+    from agentops.services.users import user_get_or_create_verified
+
+    user, _ = user_get_or_create_verified(email="bench@example.com", password="bench-password")
+    organization = organization_create(name="Bench", slug="bench", owner=user)
+    with organization_scope(organization):
+        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
+    return user, project
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def serve_platform(env: dict[str, str], workers: int = 1) -> tuple[subprocess.Popen, int]:
+    """The platform's ASGI app under uvicorn on a free loopback port, with ``env`` (see
+    private_platform); returns the process (the caller stops it) and the port. The
+    caller waits for it to answer in the way it measures."""
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "agentops.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--lifespan",
+            "off",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    return server, port
+
+
 def serve_tool_calling_mistral(steps: int, latency: float = 0.0) -> str:
     """A local server speaking Mistral's chat-completions API: after ``latency`` seconds
     it asks for the calculator until a run has made ``steps`` tool calls, then answers."""
@@ -117,6 +169,17 @@ def serve_tool_calling_mistral(steps: int, latency: float = 0.0) -> str:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def timed(fn, repeat: int) -> list[float]:
+    """``fn``'s wall time in milliseconds, ``repeat`` times, after one warm-up call."""
+    fn()  # warm up
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
 
 
 def percentile(samples: list[float], fraction: float) -> float:

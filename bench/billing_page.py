@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from _platform import percentile, private_platform
+from _platform import percentile, private_platform, timed
 
 GOAL_MS = 300
 PROJECTS, MODELS, AGENTS, DAYS = 20, 10, 3, 365
@@ -109,16 +109,6 @@ def page_queries(organization, period: str) -> None:
     spend.top_runs(organization=organization, window=window)
     budget_rows(organization)
     list(BudgetAlert.objects.filter(organization=organization).order_by("-created_at")[:50])
-
-
-def timed(fn, repeat: int) -> list[float]:
-    fn()  # warm up
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    return samples
 
 
 def main() -> None:

@@ -23,11 +23,10 @@ import argparse
 import json
 import random
 import statistics
-import time
 import warnings
 from datetime import UTC, datetime, timedelta
 
-from _platform import percentile, private_platform
+from _platform import bench_project, percentile, private_platform, timed
 
 GOAL_MS = 1000
 TOOLS = ("search_orders", "lookup_customer", "calculator", "http_fetch", "memory_set")
@@ -190,16 +189,6 @@ def build_run(trace_id: str, steps: int, start: datetime, *, variant: bool):
     return {"runs": [run], "steps": step_events, "tool_calls": calls, "snapshots": snapshots}
 
 
-def timed(fn, repeat: int) -> list[float]:
-    fn()  # warm up
-    samples = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - started) * 1000)
-    return samples
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=500)
@@ -228,16 +217,13 @@ def run(args) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from agentops.scoping import organization_scope
-    from agentops.services.organizations import organization_create, project_create
-    from agentops.services.users import user_get_or_create_verified
     from runs.compare import compare_runs
     from runs.ingest import ingest
     from runs.models import Run
 
-    user, _ = user_get_or_create_verified(email="bench@example.com", password="bench-password")
-    organization = organization_create(name="Bench", slug="bench", owner=user)
+    user, project = bench_project()
+    organization = project.organization
     with organization_scope(organization):
-        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
         start = datetime.now(UTC) - timedelta(hours=2)
         for trace_id, variant in (("run-a", False), ("run-b", True)):
             ingest(project=project, announce=False, **build_run(trace_id, args.steps, start, variant=variant))

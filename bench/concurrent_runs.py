@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from _platform import ROOT, private_platform, serve_tool_calling_mistral
+from _platform import ROOT, bench_project, private_platform, serve_tool_calling_mistral
 
 
 def main() -> None:
@@ -75,15 +75,12 @@ def stop_workers(workers: list[subprocess.Popen]) -> None:
 
 def prepare(url: str):
     from agentops.scoping import organization_scope
-    from agentops.services.organizations import organization_create, project_create
     from agentops.services.secrets import provider_secret_set
-    from agentops.services.users import user_get_or_create_verified
     from runs.services.agents import agent_create
 
-    user, _ = user_get_or_create_verified(email="bench@example.com")
-    organization = organization_create(name="Bench", slug="bench", owner=user)
+    user, project = bench_project()
+    organization = project.organization
     with organization_scope(organization):
-        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
         provider_secret_set(
             organization=organization, actor=user, provider="mistral", api_key="bench-key-123456", base_url=url
         )

@@ -17,7 +17,7 @@ import argparse
 import statistics
 import time
 
-from _platform import percentile, private_platform, serve_tool_calling_mistral
+from _platform import bench_project, percentile, private_platform, serve_tool_calling_mistral
 
 
 def main() -> None:
@@ -32,16 +32,14 @@ def main() -> None:
 def run(args) -> None:
     from agentops.llm import mistral
     from agentops.scoping import organization_scope
-    from agentops.services.organizations import organization_create, project_create
     from agentops.services.secrets import provider_secret_set
-    from agentops.services.users import user_get_or_create_verified
     from runs.execution import run_execute, run_start
     from runs.models import Run
     from runs.services.agents import agent_create
 
     url = serve_tool_calling_mistral(args.steps)
-    user, _ = user_get_or_create_verified(email="bench@example.com")
-    organization = organization_create(name="Bench", slug="bench", owner=user)
+    user, project = bench_project()
+    organization = project.organization
     model_seconds: list[float] = []
     original_chat = mistral.MistralProvider.chat
 
@@ -55,7 +53,6 @@ def run(args) -> None:
     mistral.MistralProvider.chat = timed_chat
     overheads: list[float] = []
     with organization_scope(organization):
-        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
         provider_secret_set(
             organization=organization, actor=user, provider="mistral", api_key="bench-key-123456", base_url=url
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from _platform import private_platform, serve_tool_calling_mistral
+from _platform import bench_project, private_platform, serve_tool_calling_mistral
 from concurrent_runs import start_workers, stop_workers, wait_for_workers
 
 
@@ -36,18 +36,15 @@ def main() -> None:
 
 def run(args, url: str) -> None:
     from agentops.scoping import organization_scope
-    from agentops.services.organizations import organization_create, project_create
     from agentops.services.secrets import provider_secret_set
-    from agentops.services.users import user_get_or_create_verified
     from evals.models import Dataset, DatasetItem, DatasetVersion, Evaluator, Experiment, ExperimentResult
     from evals.services.experiments import experiment_start
     from runs.services.agents import agent_create
 
     concurrency = 2 * args.threads
-    user, _ = user_get_or_create_verified(email="bench@example.com")
-    organization = organization_create(name="Bench", slug="bench", owner=user)
+    user, project = bench_project()
+    organization = project.organization
     with organization_scope(organization):
-        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
         provider_secret_set(
             organization=organization, actor=user, provider="mistral", api_key="bench-key-123456", base_url=url
         )

@@ -29,8 +29,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from _platform import private_platform
-from ledger_build import RUN_VALUES, STEP_VALUES, _insert_sql, _scalar
+from _platform import bench_project, private_platform
+from ledger_build import STEP_VALUES, _scalar, load
 
 STEP_PAYLOADS = {
     **STEP_VALUES,
@@ -42,27 +42,6 @@ STEP_PAYLOADS = {
 
 def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
-
-
-def load(project, runs: int, now: datetime) -> None:
-    from django.db import connection, transaction
-
-    params = {
-        "organization_id": project.organization_id,
-        "project_id": project.pk,
-        "start": now - timedelta(days=30),
-        "runs": runs,
-    }
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_insert_sql("runs_run", RUN_VALUES, "generate_series(1, %(runs)s) AS n"), params)
-        cursor.execute(
-            _insert_sql("runs_step", STEP_PAYLOADS, "generate_series(1, %(runs)s) AS n, generate_series(0, 7) AS i"),
-            params,
-        )
-        cursor.execute("SELECT setval('runs_run_id_seq', (SELECT max(id) FROM runs_run))")
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE runs_run")
-        cursor.execute("ANALYZE runs_step")
 
 
 def child(mode: str, value: int) -> None:
@@ -132,19 +111,15 @@ def bench(args, env: dict, root: str) -> None:
     from django.db import connection
 
     from agentops.scoping import organization_scope
-    from agentops.services.organizations import organization_create, project_create
-    from agentops.services.users import user_get_or_create_verified
     from billing.ledger import ledger_rebuild
     from evals.bulk_export import services
     from evals.bulk_export.tables import TABLES
 
-    user, _ = user_get_or_create_verified(email="bench@example.com", password="bench-password")
-    organization = organization_create(name="Bench", slug="bench", owner=user)
+    user, project = bench_project()
+    organization = project.organization
     now = datetime.now(UTC)
-    with organization_scope(organization):
-        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
     started = time.perf_counter()
-    load(project, args.runs, now)
+    load(project, args.runs, now, step_values=STEP_PAYLOADS)
     ledger_rebuild()
     steps = _scalar("SELECT count(*) FROM runs_step")
     print(f"loaded {args.runs:,} runs and {steps:,} steps in {time.perf_counter() - started:.1f} s")

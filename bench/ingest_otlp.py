@@ -18,13 +18,12 @@ import multiprocessing
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from _platform import ROOT, production_env
+from _platform import ROOT, production_env, serve_platform
 
 SPANS_PER_TRACE = 8
 # 64 traces x 8 spans = 512 spans: the batch size the OpenTelemetry SDK exports by default
@@ -128,12 +127,6 @@ def client(url: str, key: str, first_trace: int, traces: int, results) -> None:
     results.put((accepted, failed, time.perf_counter() - started, time.perf_counter()))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--traces", type=int, default=10240, help="traces in all (8 spans each)")
@@ -160,51 +153,18 @@ def main() -> None:
             text=True,
         )
         holder.stdout.readline()
-        subprocess.run([python, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
-        subprocess.run(
-            [python, "manage.py", "create_organization", "bench", "--owner", "bench@example.com"],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            capture_output=True,
-        )
-        subprocess.run(
-            [python, "manage.py", "create_project", "bench/agent"], cwd=ROOT, env=env, check=True, capture_output=True
-        )
-        key = (
-            subprocess.run(
-                [python, "manage.py", "create_api_key", "bench/agent", "--scopes", "ingest,read"],
-                cwd=ROOT,
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
+
+        def manage(*arguments: str) -> str:
+            done = subprocess.run(
+                [python, "manage.py", *arguments], cwd=ROOT, env=env, check=True, capture_output=True, text=True
             )
-            .stdout.strip()
-            .splitlines()[-1]
-        )
-        port = free_port()
-        server = subprocess.Popen(
-            [
-                python,
-                "-m",
-                "uvicorn",
-                "agentops.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                str(args.workers),
-                "--lifespan",
-                "off",
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env=env,
-        )
+            return done.stdout
+
+        manage("migrate", "-v", "0")
+        manage("create_organization", "bench", "--owner", "bench@example.com")
+        manage("create_project", "bench/agent")
+        key = manage("create_api_key", "bench/agent", "--scopes", "ingest,read").strip().splitlines()[-1]
+        server, port = serve_platform(env, workers=args.workers)
         base = f"http://127.0.0.1:{port}"
         import requests
 

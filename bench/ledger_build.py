@@ -19,7 +19,7 @@ import argparse
 import time
 from datetime import UTC, datetime, timedelta
 
-from _platform import private_platform
+from _platform import bench_project, private_platform
 
 
 def main() -> None:
@@ -83,7 +83,8 @@ def _insert_sql(table: str, given: dict, source: str) -> str:
     return f"INSERT INTO {table} ({', '.join(values)}) SELECT {', '.join(values.values())} FROM {source}"  # noqa: S608
 
 
-def load(project, runs: int, now: datetime) -> None:
+def load(project, runs: int, now: datetime, step_values: dict = STEP_VALUES) -> None:
+    """``runs`` runs of 8 steps (``step_values``'s columns) in 30 days before ``now``, then ANALYZE."""
     from django.db import connection, transaction
 
     params = {
@@ -95,7 +96,7 @@ def load(project, runs: int, now: datetime) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_insert_sql("runs_run", RUN_VALUES, "generate_series(1, %(runs)s) AS n"), params)
         cursor.execute(
-            _insert_sql("runs_step", STEP_VALUES, "generate_series(1, %(runs)s) AS n, generate_series(0, 7) AS i"),
+            _insert_sql("runs_step", step_values, "generate_series(1, %(runs)s) AS n, generate_series(0, 7) AS i"),
             params,
         )
         cursor.execute("SELECT setval('runs_run_id_seq', (SELECT max(id) FROM runs_run))")
@@ -115,15 +116,10 @@ def _scalar(sql: str, params=None):
 def run(args) -> None:
     from django.db import connection
 
-    from agentops.scoping import organization_scope
-    from agentops.services.organizations import organization_create, project_create
-    from agentops.services.users import user_get_or_create_verified
     from billing.ledger import ledger_mark, ledger_rebuild, ledger_refresh
 
-    user, _ = user_get_or_create_verified(email="bench@example.com", password="bench-password")
-    organization = organization_create(name="Bench", slug="bench", owner=user)
-    with organization_scope(organization):
-        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
+    _, project = bench_project()
+    organization = project.organization
     started = time.perf_counter()
     load(project, args.runs, datetime.now(UTC))
     steps = _scalar("SELECT count(*) FROM runs_step")

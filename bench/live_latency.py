@@ -18,7 +18,7 @@ import statistics
 import time
 from datetime import UTC, datetime
 
-from _platform import percentile, private_platform
+from _platform import bench_project, percentile, private_platform
 
 
 def main() -> None:
@@ -30,15 +30,7 @@ def main() -> None:
 
 
 def setup():
-    from agentops.scoping import organization_scope
-    from agentops.services.organizations import organization_create, project_create
-    from agentops.services.users import user_get_or_create_verified
-
-    user, _ = user_get_or_create_verified(email="bench@example.com")
-    organization = organization_create(name="Bench", slug="bench", owner=user)
-    with organization_scope(organization):
-        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
-    return user, project
+    return bench_project()
 
 
 def store(project, n: int) -> float:

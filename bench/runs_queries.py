@@ -22,7 +22,7 @@ import statistics
 import time
 from datetime import UTC, datetime, timedelta
 
-from _platform import percentile, private_platform
+from _platform import bench_project, percentile, private_platform, timed
 
 STATUSES = ["succeeded"] * 8 + ["failed", "running"]
 MODELS = ["mistral-large-2512", "mistral-small-2603", "codestral-2508"]
@@ -235,16 +235,6 @@ def load(project, runs: int, now: datetime) -> int:
     return big_id
 
 
-def timed(fn, repeat: int) -> list[float]:
-    fn()  # warm up
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    return samples
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=125_000)
@@ -259,14 +249,10 @@ def run(args) -> None:
     from django.test import Client
 
     from agentops.scoping import organization_scope
-    from agentops.services.organizations import organization_create, project_create
-    from agentops.services.users import user_get_or_create_verified
     from runs import selectors
 
-    user, _ = user_get_or_create_verified(email="bench@example.com", password="bench-password")
-    organization = organization_create(name="Bench", slug="bench", owner=user)
-    with organization_scope(organization):
-        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
+    user, project = bench_project()
+    organization = project.organization
     now = datetime.now(UTC)
     started = time.perf_counter()
     big_id = load(project, args.runs, now)

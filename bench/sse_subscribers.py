@@ -16,26 +16,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
-import subprocess
-import sys
 import time
 
-from _platform import ROOT, percentile, private_platform
+from _platform import bench_project, percentile, private_platform, serve_platform
 
 
 def setup():
     from agentops.scoping import organization_scope
     from agentops.services.api_keys import api_key_create
-    from agentops.services.organizations import organization_create, project_create
-    from agentops.services.users import user_get_or_create_verified
     from runs.services.agents import agent_create
     from runs.services.sessions import session_create
 
-    user, _ = user_get_or_create_verified(email="bench@example.com")
-    organization = organization_create(name="Bench", slug="bench", owner=user)
+    user, project = bench_project()
+    organization = project.organization
     with organization_scope(organization):
-        project = project_create(organization=organization, actor=user, name="Bench", slug="bench")
         _, key = api_key_create(project=project, actor=user, name="bench", scopes=["read"])
         agent = agent_create(project=project, actor=user, name="chat", model="offline", tools=[])
         session = session_create(project=project, agent=agent, actor=user)
@@ -62,12 +56,6 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def subscriber(host, port, path, key, last_id, received, ready, wanted):
@@ -101,28 +89,7 @@ async def subscriber(host, port, path, key, last_id, received, ready, wanted):
 
 
 async def run(args, env, organization, session, key) -> None:
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "agentops.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-            "--lifespan",
-            "off",
-            "--no-access-log",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
+    server, port = serve_platform(env)
     try:
         for _ in range(300):
             try:

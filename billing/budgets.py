@@ -24,7 +24,7 @@ from agentops.errors import InvalidRequest, PaymentRequired
 from agentops.models import ApiKey, Organization, Project
 from agentops.netguard import UnsafeUrlError, check_outbound_url
 from agentops.scoping import organization_scope
-from agentops.services.audit import audit_record
+from agentops.services.audit import acting_user, audit_record
 from billing.models import BillingSettings, Budget, UsageDaily
 from billing.tasks import evaluate_budget_alerts
 
@@ -179,7 +179,7 @@ def budget_create(
     ip: str | None = None,
 ) -> Budget:
     """Create a budget for ``organization`` (see the module docstring); audited."""
-    budget = Budget(organization=organization, created_by=actor if getattr(actor, "is_authenticated", False) else None)
+    budget = Budget(organization=organization, created_by=acting_user(actor))
     fields = dict(
         name=name,
         scope=scope,

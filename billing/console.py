@@ -27,6 +27,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from agentops.admin import ReadOnlyAdmin
 from agentops.csvexport import csv_response
 from agentops.errors import ServiceError
 from agentops.models import Organization, Project
@@ -44,31 +45,12 @@ LEVEL_COLUMNS = {
     "model": ["organization__slug", "project__slug", "model"],
     "day": ["organization__slug", "project__slug", "model", "day"],
 }
-MEASURE_COLUMNS = [
-    "cost",
-    "input_tokens",
-    "cached_input_tokens",
-    "output_tokens",
-    "steps",
-    "unpriced_steps",
-    "reported_cost",
-    "reported_computed_cost",
-    "cost_differs",
-]
+MEASURE_COLUMNS = [*spend.SUMS, "cost_differs"]
 
 
 @admin.register(UsageDaily)
-class UsageConsoleAdmin(admin.ModelAdmin):
+class UsageConsoleAdmin(ReadOnlyAdmin):
     """The ledger's admin entry is the console: its list opens the spend tables."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_urls(self):
         view = self.admin_site.admin_view
@@ -321,17 +303,8 @@ class UsageConsoleAdmin(admin.ModelAdmin):
 
 
 @admin.register(CostRevision)
-class CostRevisionAdmin(admin.ModelAdmin):
+class CostRevisionAdmin(ReadOnlyAdmin):
     """Applied recomputes, read-only: they are made on the recompute page."""
 
     list_display = ["pk", "price", "starts_at", "ends_at", "created_by", "created_at"]
     readonly_fields = ["price", "starts_at", "ends_at", "summary", "created_by", "created_at"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -170,12 +170,12 @@ class BillingSettings(TenantModel):
         return f"billing settings of {self.organization}"
 
 
-class RunUsage(TenantModel):
-    """One run's contribution to the ledger, per day and model: recomputed from the run's
-    steps whenever the run changes, the difference applied to ``UsageDaily``. ``run_id``
-    is not a foreign key: the ledger keeps a run's cost after retention deletes it."""
+class LedgerRow(TenantModel):
+    """What a row of the ledger holds, a run's contribution (``RunUsage``) as the daily
+    rollup (``UsageDaily``): its dimensions (``billing.ledger.DIMENSIONS``) and the
+    measures summed over them (``billing.ledger.MEASURES``; ``steps`` and
+    ``unpriced_steps`` are declared by each, a day's counts being wider than a run's)."""
 
-    run_id = models.BigIntegerField()
     project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
     day = models.DateField()
     agent_name = models.CharField(max_length=200, blank=True)
@@ -186,12 +186,23 @@ class RunUsage(TenantModel):
     cached_input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
     cost = models.DecimalField(default=0, **MONEY)
-    steps = models.IntegerField(default=0)
-    unpriced_steps = models.IntegerField(default=0)
     category = _category_field()
     unit = _unit_field()
     reported_cost = models.DecimalField(default=0, **MONEY)
     reported_computed_cost = models.DecimalField(default=0, **MONEY)
+
+    class Meta:
+        abstract = True
+
+
+class RunUsage(LedgerRow):
+    """One run's contribution to the ledger, per day and model: recomputed from the run's
+    steps whenever the run changes, the difference applied to ``UsageDaily``. ``run_id``
+    is not a foreign key: the ledger keeps a run's cost after retention deletes it."""
+
+    run_id = models.BigIntegerField()
+    steps = models.IntegerField(default=0)
+    unpriced_steps = models.IntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -227,25 +238,11 @@ class ComputeUsage(TenantModel):
         return f"job {self.job_id} on {self.day}: {self.seconds} s of {self.hardware}"
 
 
-class UsageDaily(TenantModel):
+class UsageDaily(LedgerRow):
     """The ledger: usage and cost per day and dimension (see the module docstring)."""
 
-    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
-    day = models.DateField()
-    agent_name = models.CharField(max_length=200, blank=True)
-    model = models.CharField(max_length=200, blank=True)
-    api_key = models.ForeignKey("agentops.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    end_user_id = models.CharField(max_length=200, blank=True)
-    input_tokens = models.BigIntegerField(default=0)
-    cached_input_tokens = models.BigIntegerField(default=0)
-    output_tokens = models.BigIntegerField(default=0)
-    cost = models.DecimalField(default=0, **MONEY)
     steps = models.BigIntegerField(default=0)
     unpriced_steps = models.BigIntegerField(default=0)
-    category = _category_field()
-    unit = _unit_field()
-    reported_cost = models.DecimalField(default=0, **MONEY)
-    reported_computed_cost = models.DecimalField(default=0, **MONEY)
 
     class Meta:
         constraints = [

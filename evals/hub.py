@@ -51,9 +51,9 @@ from agentops.hf_client import (
     RedirectRefused,
     hub_api,
     origin,
-    redact,
 )
 from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.redact import redact_secrets
 
 HUB_DESTINATION_KIND = "hf_hub"
 NAME_PATTERN = re.compile(r"^(?!.*(?:--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$")
@@ -210,7 +210,9 @@ def hub_error(exc: BaseException, *, doing: str, repo_id: str, token: str = "") 
         return HubError(f"{repo_id!r} is not a Hub repository name")
     if isinstance(exc, ValueError | KeyError | TypeError):
         # A malformed answer (huggingface_hub checks the Hub's JSON and raises these).
-        return HubError(f"the Hub gave an answer that could not be used while {doing}: {redact(str(exc), [token])}")
+        return HubError(
+            f"the Hub gave an answer that could not be used while {doing}: {redact_secrets(str(exc), [token])}"
+        )
     if isinstance(exc, OSError):
         return HubError(f"a file could not be read while {doing}: {exc.strerror or exc}")
     raise exc
@@ -218,7 +220,7 @@ def hub_error(exc: BaseException, *, doing: str, repo_id: str, token: str = "") 
 
 def _server_said(exc: HfHubHTTPError, token: str) -> str:
     lines = (exc.server_message or "").strip().splitlines()
-    return redact(lines[0][:300], [token]) if lines else ""
+    return redact_secrets(lines[0][:300], [token]) if lines else ""
 
 
 def dataset_card(

@@ -222,6 +222,15 @@ def dataset_lookup(*, project, value) -> Dataset:
     return by_name_or_id(Dataset.objects.filter(project=project), value, "dataset")
 
 
+def automatic_evaluators(*, project) -> QuerySet:
+    """The project's evaluators in use that score without a person, by name: what an
+    experiment, an evaluation job or an online rule may use (people score runs through
+    annotation queues)."""
+    from evals.models import Evaluator
+
+    return Evaluator.objects.filter(project=project, archived=False).exclude(kind=Evaluator.Kind.HUMAN).order_by("name")
+
+
 def evaluator_lookup(*, project, value):
     """The project's evaluator named ``value`` (or with id ``value``); NotFound otherwise."""
     from agentops.api.lookup import by_name_or_id

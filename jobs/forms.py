@@ -11,7 +11,8 @@ from decimal import Decimal
 
 from django import forms
 
-from agentops.forms import json_object
+from agentops.forms import json_object, version_field
+from evals import selectors as evals_selectors
 from evals.models import Dataset, Evaluator
 from jobs import hardware as catalog
 from jobs.models import ComputeBackend, Job, JobSecret
@@ -100,13 +101,7 @@ class JobForm(forms.Form):
         help_text="The job is stopped when it runs longer; the estimate is the most it can cost.",
     )
     dataset = forms.ModelChoiceField(queryset=Dataset.objects.none(), label="Dataset", required=False)
-    dataset_version = forms.IntegerField(
-        label="Dataset version",
-        required=False,
-        min_value=1,
-        help_text="Blank: the latest version.",
-        widget=forms.NumberInput(attrs={"placeholder": "latest"}),
-    )
+    dataset_version = version_field("Dataset version")
     evaluators = forms.ModelMultipleChoiceField(
         queryset=Evaluator.objects.none(),
         label="Evaluators",
@@ -142,11 +137,7 @@ class JobForm(forms.Form):
             .values_list("name", flat=True)
         ]
         self.fields["dataset"].queryset = Dataset.objects.filter(project=project).order_by("name")
-        self.fields["evaluators"].queryset = (
-            Evaluator.objects.filter(project=project, archived=False)
-            .exclude(kind=Evaluator.Kind.HUMAN)
-            .order_by("name")
-        )
+        self.fields["evaluators"].queryset = evals_selectors.automatic_evaluators(project=project)
         self.chosen_backend = self._chosen_backend(backends)
         self.rates = hourly_rates(backend=self.chosen_backend, organization_id=project.organization_id)
         # The chosen backend's hardware first; the rest says it is not offered there (the

@@ -51,21 +51,9 @@ RUN_FIELDS = (
     "metadata",
 )
 # Run fields a step may fill in when the run does not have them yet (span attributes
-# such as session.id or the root span's input).
-RUN_HINT_FIELDS = (
-    "name",
-    "agent_name",
-    "agent_version",
-    "input",
-    "output",
-    "session_id",
-    "parent_trace_id",
-    "end_user_id",
-    "environment",
-    "release",
-    "tags",
-    "metadata",
-)
+# such as session.id or the root span's input): all but the run's state and times,
+# which only the run itself states.
+RUN_HINT_FIELDS = tuple(name for name in RUN_FIELDS if name not in ("status", "error", "started_at", "ended_at"))
 
 
 @dataclass

@@ -1,9 +1,10 @@
 from django.urls import path
 
+from agentops import url_prefixes
 from agentops.api import views
 
-org = "organizations/<slug:org_slug>"
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+org = url_prefixes.API_ORGANIZATION
+project = url_prefixes.API_PROJECT
 
 urlpatterns = [
     path("me/", views.MeView.as_view(), name="api-me"),

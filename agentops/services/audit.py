@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
+
 from agentops.models import ApiKey, AuditEvent, Organization
 from agentops.scoping import dangerously_unscoped
+
+
+def acting_user(actor):
+    """The user behind ``actor``, for ``created_by`` and ``updated_by``: None for an API
+    key, the system (None) or an anonymous request."""
+    return actor if getattr(actor, "is_authenticated", False) and getattr(actor, "pk", None) else None
 
 
 def audit_record(
@@ -39,3 +47,14 @@ def audit_record(
         with dangerously_unscoped("a platform-wide change belongs to no organization"):
             return AuditEvent.objects.create(**fields)
     return AuditEvent.objects.create(**fields)
+
+
+def audited_update(row, changes: dict, *, actor, action: str, data: dict, ip: str | None = None) -> None:
+    """Save ``changes`` (field name -> value) on ``row`` (locked by the caller) with a new
+    ``updated_at``, writing those columns only, and record ``action`` on it in its
+    project's organization."""
+    for field, value in changes.items():
+        setattr(row, field, value)
+    row.updated_at = timezone.now()
+    row.save(update_fields=[*changes, "updated_at"])
+    audit_record(organization=row.project.organization, actor=actor, action=action, target=row, data=data, ip=ip)

@@ -46,23 +46,30 @@ def organization_create(*, name: str, owner, slug: str | None = None, ip: str | 
 
 def organization_update(*, organization: Organization, actor, name: str, ip: str | None = None) -> Organization:
     """Rename an organization (its slug, used in URLs and API keys' paths, stays)."""
+    _rename(organization, organization=organization, actor=actor, name=name, ip=ip)
+    return organization
+
+
+def _rename(target: Organization | Project, *, organization: Organization, actor, name: str, ip: str | None) -> None:
+    """Rename an organization or a project: save the name, audit the change, and tell
+    open pages (the element ``organization-name`` or ``project-name``)."""
+    kind = target._meta.model_name
     name = name.strip()
     if not name:
-        raise InvalidRequest("the organization needs a name")
+        raise InvalidRequest(f"the {kind} needs a name")
     with transaction.atomic():
-        old = organization.name
-        organization.name = name
-        organization.save(update_fields=["name"])
+        old = target.name
+        target.name = name
+        target.save(update_fields=["name"])
         audit_record(
             organization=organization,
             actor=actor,
-            action="organization.update",
-            target=organization,
+            action=f"{kind}.update",
+            target=target,
             data={"name": [old, name]},
             ip=ip,
         )
-        _announce_name(organization=organization, element_id="organization-name", name=name)
-    return organization
+        _announce_name(element_id=f"{kind}-name", name=name, **{kind: target})
 
 
 def _announce_name(*, element_id: str, name: str, organization=None, project=None) -> None:
@@ -213,22 +220,7 @@ def project_create(
 
 def project_update(*, project: Project, actor, name: str, ip: str | None = None) -> Project:
     """Rename a project (its slug stays: it is in every URL and exporter setting)."""
-    name = name.strip()
-    if not name:
-        raise InvalidRequest("the project needs a name")
-    with transaction.atomic():
-        old = project.name
-        project.name = name
-        project.save(update_fields=["name"])
-        audit_record(
-            organization=project.organization,
-            actor=actor,
-            action="project.update",
-            target=project,
-            data={"name": [old, name]},
-            ip=ip,
-        )
-        _announce_name(project=project, element_id="project-name", name=name)
+    _rename(project, organization=project.organization, actor=actor, name=name, ip=ip)
     return project
 
 

@@ -76,15 +76,22 @@ class MembersPage(OrganizationPage):
         return self._render(form, status=400)
 
 
+def _member(membership_id: int) -> Membership:
+    """The member the URL names, in the page's organization (the scope filters the
+    query): another organization's is a 404, like a missing one."""
+    member = Membership.objects.filter(pk=membership_id).select_related("user").first()
+    if member is None:
+        raise Http404("member not found")
+    return member
+
+
 class MemberRoleChangeAction(OrganizationPage):
     """Change one member's role (the service refuses what the actor's role may not do)."""
 
     permissions = {"POST": Need("member:write", "change members' roles")}
 
     def post(self, request, org_slug, membership_id):
-        member = Membership.objects.filter(pk=membership_id).select_related("user").first()
-        if member is None:
-            raise Http404("member not found")
+        member = _member(membership_id)
         form = RoleChangeForm(request.POST)
         if not form.is_valid():
             messages.error(request, "Choose one of the roles.")
@@ -106,9 +113,7 @@ class MemberRemoveAction(OrganizationPage):
     permissions = {"POST": Need("member:write", "remove members")}
 
     def post(self, request, org_slug, membership_id):
-        member = Membership.objects.filter(pk=membership_id).select_related("user").first()
-        if member is None:
-            raise Http404("member not found")
+        member = _member(membership_id)
         try:
             organizations.membership_remove(actor_membership=self.membership, membership=member, ip=self.ip)
         except ServiceError as exc:

@@ -2,10 +2,11 @@
 
 from django.urls import path
 
+from agentops import url_prefixes
 from billing.api import views
 
-org = "organizations/<slug:org_slug>/billing"
-project = "projects/<slug:org_slug>/<slug:project_slug>/billing"
+org = f"{url_prefixes.API_ORGANIZATION}/billing"
+project = f"{url_prefixes.API_PROJECT}/billing"
 
 urlpatterns = [
     path(f"{org}/spend/", views.OrganizationSpendView.as_view(), name="api-billing-spend"),

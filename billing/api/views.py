@@ -19,16 +19,8 @@ from billing import budgets, carbon, spend
 from billing.api import serializers as s
 from billing.models import Budget, BudgetAlert
 
-MEASURES = (
-    "cost",
-    "input_tokens",
-    "cached_input_tokens",
-    "output_tokens",
-    "steps",
-    "unpriced_steps",
-    "reported_cost",
-    "reported_computed_cost",
-)
+# The ledger's measures, in the order of the spend tables (billing.spend.SUMS).
+MEASURES = tuple(spend.SUMS)
 # Money is a decimal string in JSON; in the CSV, named as on the billing page's export.
 MONEY = {"cost", "reported_cost", "reported_computed_cost"}
 CSV_NAMES = {

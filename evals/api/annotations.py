@@ -13,6 +13,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
+from agentops import url_prefixes
 from agentops.api.base import ProjectEndpoint
 from agentops.api.serializers import InputSerializer
 from agentops.errors import Forbidden, NotFound
@@ -243,7 +244,7 @@ class RunScoresView(ProjectEndpoint):
         return Response(ScoreSerializer(scores, many=True).data, status=status.HTTP_201_CREATED)
 
 
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+project = url_prefixes.API_PROJECT
 queue = f"{project}/annotation-queues/<int:queue_id>"
 
 urlpatterns = [

@@ -14,6 +14,7 @@ from rest_framework import serializers, status
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
+from agentops import url_prefixes
 from agentops.api.base import ProjectEndpoint
 from agentops.api.serializers import InputSerializer, refuse_unknown_fields
 from agentops.errors import InvalidRequest, NotFound
@@ -281,7 +282,7 @@ class DatasetItemFromRunView(DatasetEndpoint):
         return self.version_response(version)
 
 
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+project = url_prefixes.API_PROJECT
 dataset = f"{project}/datasets/<int:dataset_id>"
 
 urlpatterns = [

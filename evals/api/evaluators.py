@@ -8,11 +8,12 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
+from agentops import url_prefixes
 from agentops.api.base import ProjectEndpoint
 from agentops.api.serializers import InputSerializer
 from evals.models import Evaluator
 from evals.scoring import Subject, evaluate, passed, spec_of
-from evals.services.evaluators import evaluator_archive, evaluator_create, evaluator_update
+from evals.services.evaluators import evaluator_archive, evaluator_create, evaluator_input, evaluator_update
 
 
 class EvaluatorSerializer(serializers.ModelSerializer):
@@ -109,12 +110,8 @@ class EvaluatorListView(ProjectEndpoint):
         evaluator, secret = evaluator_create(
             project=self.project,
             actor=self.access.actor,
-            name=data["name"],
             kind=data["kind"],
-            description=data["description"],
-            config=data["config"],
-            pass_threshold=data["threshold"],
-            secret=data["secret"] or None,
+            **evaluator_input(data),
             ip=self.client_ip,
         )
         body = EvaluatorSerializer(evaluator).data
@@ -194,7 +191,7 @@ def outcome_body(spec: dict, outcome) -> dict:
     }
 
 
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+project = url_prefixes.API_PROJECT
 evaluator = f"{project}/evaluators/<int:evaluator_id>"
 
 urlpatterns = [

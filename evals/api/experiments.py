@@ -10,6 +10,7 @@ from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
+from agentops import url_prefixes
 from agentops.api.base import ProjectEndpoint
 from agentops.api.idempotency import idempotent
 from agentops.api.lookup import by_name_or_id
@@ -110,6 +111,23 @@ class ExperimentStartSerializer(InputSerializer):
     branch = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     commit = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     metadata = serializers.DictField(required=False, default=dict)
+
+
+def experiment_start_settings(start: dict) -> dict:
+    """experiment_start's keyword arguments that a checked ExperimentStartSerializer body
+    gives as they are (the caller resolves the dataset, agent and evaluators it names):
+    the REST API and the assistant's start_experiment both start through it."""
+    return {
+        "dataset_version_number": start["dataset_version"],
+        "agent_version_number": start["agent_version"],
+        "kind": start["kind"],
+        "name": start["name"],
+        "concurrency": start["concurrency"],
+        "parameters": start["parameters"],
+        "branch": start["branch"],
+        "commit": start["commit"],
+        "metadata": start["metadata"],
+    }
 
 
 class ResultSerializer(serializers.ModelSerializer):
@@ -231,17 +249,9 @@ class ExperimentListView(ExperimentsEndpoint):
             project=self.project,
             actor=request.user if request.user.pk else None,
             dataset=dataset,
-            dataset_version_number=data["dataset_version"],
             agent=agent,
-            agent_version_number=data["agent_version"],
             evaluators=evaluators,
-            kind=data["kind"],
-            name=data["name"],
-            concurrency=data["concurrency"],
-            parameters=data["parameters"],
-            branch=data["branch"],
-            commit=data["commit"],
-            metadata=data["metadata"],
+            **experiment_start_settings(data),
             api_key=self.access.api_key,
             ip=self.client_ip,
         )
@@ -402,7 +412,7 @@ class LeaderboardView(DownloadNegotiation, ExperimentsEndpoint):
         )
 
 
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+project = url_prefixes.API_PROJECT
 experiment = f"{project}/experiments/<int:experiment_id>"
 urlpatterns = [
     path(f"{project}/experiments/", ExperimentListView.as_view(), name="api-experiment-list"),

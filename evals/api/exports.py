@@ -14,6 +14,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
+from agentops import url_prefixes
 from agentops.api.base import OrganizationEndpoint, ProjectEndpoint
 from agentops.api.serializers import InputSerializer
 from agentops.errors import NotFound
@@ -291,8 +292,8 @@ class ScheduleDetailView(ProjectEndpoint):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-org = "organizations/<slug:org_slug>"
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+org = url_prefixes.API_ORGANIZATION
+project = url_prefixes.API_PROJECT
 
 urlpatterns = [
     path(f"{org}/export-destinations/", DestinationListView.as_view(), name="api-export-destination-list"),

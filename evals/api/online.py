@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
+from agentops import url_prefixes
 from agentops.api.base import ProjectEndpoint
 from agentops.api.serializers import InputSerializer
 from agentops.errors import NotFound
@@ -106,7 +107,7 @@ class OnlineRuleDetailView(OnlineRuleEndpoint):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+project = url_prefixes.API_PROJECT
 
 urlpatterns = [
     path(f"{project}/online-rules/", OnlineRuleListView.as_view(), name="api-online-rule-list"),

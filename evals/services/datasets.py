@@ -26,7 +26,7 @@ from django.utils import timezone
 from agentops import jsonsafe
 from agentops.errors import Conflict, InvalidRequest, NotFound
 from agentops.jsonsafe import storage_problem
-from agentops.services.audit import audit_record
+from agentops.services.audit import acting_user, audit_record, audited_update
 from evals.models import Dataset, DatasetItem, DatasetVersion
 
 MAX_IMPORT_BYTES = 10 * 1024 * 1024
@@ -77,11 +77,6 @@ def _clean_name(name: str) -> str:
     return name
 
 
-def _user(actor):
-    """The user behind ``actor`` for ``created_by`` (an API key has none)."""
-    return actor if getattr(actor, "is_authenticated", False) and getattr(actor, "pk", None) else None
-
-
 def dataset_create(*, project, actor, name: str, description: str = "", ip: str | None = None) -> Dataset:
     """Create an empty dataset; its first change of items makes version 1."""
     name = _clean_name(name)
@@ -92,7 +87,7 @@ def dataset_create(*, project, actor, name: str, description: str = "", ip: str 
                 project=project,
                 name=name,
                 description=(description or "").strip(),
-                created_by=_user(actor),
+                created_by=acting_user(actor),
             )
             audit_record(
                 organization=project.organization,
@@ -121,17 +116,8 @@ def dataset_update(
     try:
         with transaction.atomic():
             locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
-            for field, value in changes.items():
-                setattr(locked, field, value)
-            locked.updated_at = timezone.now()
-            locked.save(update_fields=[*changes, "updated_at"])
-            audit_record(
-                organization=locked.project.organization,
-                actor=actor,
-                action="dataset.update",
-                target=locked,
-                data={"changed": sorted(changes)},
-                ip=ip,
+            audited_update(
+                locked, changes, actor=actor, action="dataset.update", data={"changed": sorted(changes)}, ip=ip
             )
     except IntegrityError:
         raise Conflict(f"a dataset named {changes['name']!r} already exists in this project") from None
@@ -367,12 +353,18 @@ def _parse_csv(text: str, problems: list[str]) -> list[NewItem]:
             continue
         if extra:
             raw["metadata"] = {**raw.get("metadata", {}), **extra}
-        item = _check_item(raw, where=where, problems=problems, strict=False)
-        if item is not None:
-            items.append(item)
-        if len(items) > MAX_ITEMS_PER_CHANGE:
+        if _keep_item(raw, where=where, problems=problems, items=items):
             break
     return items
+
+
+def _keep_item(raw: dict, *, where: str, problems: list[str], items: list[NewItem]) -> bool:
+    """Check an imported row (``where`` names it in problems) and keep it as an item; True
+    once there are more items than one change may add, so the reader stops."""
+    item = _check_item(raw, where=where, problems=problems, strict=False)
+    if item is not None:
+        items.append(item)
+    return len(items) > MAX_ITEMS_PER_CHANGE
 
 
 def _parse_json_lines(text: str, problems: list[str]) -> list[NewItem]:
@@ -407,10 +399,7 @@ def _parse_json_lines(text: str, problems: list[str]) -> list[NewItem]:
                 problems.append(f"{where}: metadata must be a JSON object")
                 continue
             raw["metadata"] = {**(metadata or {}), **value}
-        item = _check_item(raw, where=where, problems=problems, strict=False)
-        if item is not None:
-            items.append(item)
-        if len(items) > MAX_ITEMS_PER_CHANGE:
+        if _keep_item(raw, where=where, problems=problems, items=items):
             break
     return items
 
@@ -513,7 +502,7 @@ def _change(
             number=number,
             item_count=item_count,
             note=note[:MAX_NOTE_LENGTH],
-            created_by=_user(actor),
+            created_by=acting_user(actor),
             created_at=now,
         )
         locked.latest_version = number

@@ -13,8 +13,7 @@ from django.utils import timezone
 from agentops import crypto
 from agentops.destinations import Destination, check_credential_destination
 from agentops.errors import Conflict, InvalidRequest
-from agentops.models import ApiKey
-from agentops.services.audit import audit_record
+from agentops.services.audit import acting_user, audit_record, audited_update
 from evals.models import Evaluator, OnlineRule
 from evals.scoring import get_kind, new_webhook_secret, validate_config
 
@@ -53,15 +52,23 @@ def _clean_secret(secret: str) -> str:
     return secret.strip()
 
 
-def _user(actor):
-    """The person to record as the creator (an API key is recorded in the audit log only)."""
-    return None if actor is None or isinstance(actor, ApiKey) else actor
-
-
 def _name_taken(project, name: str, *, exclude: int | None = None) -> Conflict:
     other = Evaluator.objects.filter(project=project, name=name).exclude(pk=exclude).first()
     archived = " (an archived one: restore it, or choose another name)" if other and other.archived else ""
     return Conflict(f"an evaluator named {name!r} already exists in this project{archived}")
+
+
+def evaluator_input(data: dict) -> dict:
+    """evaluator_create's and evaluator_update's name, description, config,
+    pass_threshold and secret, from a checked page form or API body (both name the
+    threshold ``threshold`` and send no secret as a blank)."""
+    return {
+        "name": data["name"],
+        "description": data["description"],
+        "config": data["config"],
+        "pass_threshold": data["threshold"],
+        "secret": data["secret"] or None,
+    }
 
 
 def evaluator_create(
@@ -101,7 +108,7 @@ def evaluator_create(
                 config=cleaned,
                 pass_threshold=threshold,
                 secret_ciphertext=crypto.encrypt(secret) if secret else "",
-                created_by=_user(actor),
+                created_by=acting_user(actor),
             )
             audit_record(
                 organization=project.organization,
@@ -162,15 +169,11 @@ def evaluator_update(
                     supplied="secret_ciphertext" in changes,
                     credential="the signing secret (secret)",
                 )
-            for field, value in changes.items():
-                setattr(locked, field, value)
-            locked.updated_at = timezone.now()
-            locked.save(update_fields=[*changes, "updated_at"])
-            audit_record(
-                organization=locked.project.organization,
+            audited_update(
+                locked,
+                changes,
                 actor=actor,
                 action="evaluator.update",
-                target=locked,
                 # Which fields changed, never the secret or a configuration's values.
                 data={"fields": sorted(field.replace("_ciphertext", "") for field in changes)},
                 ip=ip,

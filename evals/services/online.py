@@ -28,9 +28,8 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from agentops.errors import InvalidRequest, NotFound
-from agentops.models import ApiKey
 from agentops.scoping import dangerously_unscoped, organization_scope
-from agentops.services.audit import audit_record
+from agentops.services.audit import acting_user, audit_record
 from evals import scoring
 from evals.models import Evaluator, ExperimentResult, OnlineRule, Score
 from runs.models import Run
@@ -117,10 +116,6 @@ def clean_filters(filters) -> dict[str, str]:
     return cleaned
 
 
-def _actor_user(actor):
-    return None if isinstance(actor, ApiKey) else actor
-
-
 def rule_create(
     *,
     project,
@@ -149,7 +144,7 @@ def rule_create(
             enabled=bool(enabled),
             # Runs that ended before the rule existed are not scored: it is for incoming runs.
             cursor_at=now,
-            created_by=_actor_user(actor),
+            created_by=acting_user(actor),
             created_at=now,
         )
         audit_record(

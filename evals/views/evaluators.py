@@ -24,7 +24,7 @@ from agentops.forms import json_object
 from agentops.pages import Need, ProjectPage
 from evals.models import Evaluator
 from evals.scoring import Subject, evaluate, get_kind, kinds, passed, spec_of
-from evals.services.evaluators import evaluator_archive, evaluator_create, evaluator_update
+from evals.services.evaluators import evaluator_archive, evaluator_create, evaluator_input, evaluator_update
 
 READ = Need("work:read", "see this project's evaluators")
 
@@ -138,15 +138,7 @@ class EvaluatorsPage(ProjectPage):
         data = form.cleaned_data
         try:
             evaluator, secret = evaluator_create(
-                project=self.project,
-                actor=request.user,
-                name=data["name"],
-                kind=data["kind"],
-                description=data["description"],
-                config=data["config"],
-                pass_threshold=data["threshold"],
-                secret=data["secret"] or None,
-                ip=self.ip,
+                project=self.project, actor=request.user, kind=data["kind"], **evaluator_input(data), ip=self.ip
             )
         except ServiceError as exc:
             form.add_error(None, exc.message)
@@ -223,16 +215,7 @@ class EvaluatorEditAction(EvaluatorDetailPage):
             return self.render_evaluator(evaluator, edit_form=form, status=400)
         data = form.cleaned_data
         try:
-            evaluator_update(
-                evaluator=evaluator,
-                actor=request.user,
-                name=data["name"],
-                description=data["description"],
-                config=data["config"],
-                pass_threshold=data["threshold"],
-                secret=data["secret"] or None,
-                ip=self.ip,
-            )
+            evaluator_update(evaluator=evaluator, actor=request.user, **evaluator_input(data), ip=self.ip)
         except ServiceError as exc:
             form.add_error(None, exc.message)
             return self.render_evaluator(evaluator, edit_form=form, status=exc.status)

@@ -24,6 +24,7 @@ from django.urls import path, reverse
 from agentops import live
 from agentops.charts import chart_label
 from agentops.errors import ServiceError
+from agentops.forms import version_field
 from agentops.pages import Need, ProjectPage
 from billing.carbon import experiment_footprint as footprint_of
 from evals import exports, selectors
@@ -84,21 +85,9 @@ def _ordered_metrics(experiment: Experiment) -> list[tuple[str, dict]]:
 
 class ExperimentStartForm(forms.Form):
     dataset = forms.ModelChoiceField(queryset=Dataset.objects.none(), label="Dataset", empty_label=None)
-    dataset_version = forms.IntegerField(
-        label="Dataset version",
-        required=False,
-        min_value=1,
-        help_text="Blank: the latest version.",
-        widget=forms.NumberInput(attrs={"placeholder": "latest"}),
-    )
+    dataset_version = version_field("Dataset version")
     agent = forms.ModelChoiceField(queryset=Agent.objects.none(), label="Agent", empty_label=None)
-    agent_version = forms.IntegerField(
-        label="Agent version",
-        required=False,
-        min_value=1,
-        help_text="Blank: the latest version.",
-        widget=forms.NumberInput(attrs={"placeholder": "latest"}),
-    )
+    agent_version = version_field("Agent version")
     evaluators = forms.ModelMultipleChoiceField(
         queryset=Evaluator.objects.none(),
         label="Evaluators",
@@ -121,11 +110,7 @@ class ExperimentStartForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["dataset"].queryset = Dataset.objects.filter(project=project).order_by("name")
         self.fields["agent"].queryset = Agent.objects.filter(project=project).order_by("name")
-        self.fields["evaluators"].queryset = (
-            Evaluator.objects.filter(project=project, archived=False)
-            .exclude(kind=Evaluator.Kind.HUMAN)
-            .order_by("name")
-        )
+        self.fields["evaluators"].queryset = selectors.automatic_evaluators(project=project)
 
 
 class ExperimentFilterForm(forms.Form):

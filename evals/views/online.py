@@ -17,6 +17,7 @@ from django.urls import path
 
 from agentops.errors import ServiceError
 from agentops.pages import Need, ProjectPage
+from evals import selectors
 from evals.models import Evaluator, OnlineRule
 from evals.services import online
 
@@ -68,13 +69,6 @@ def percent(rate: float) -> str:
     return f"{round(rate * 100, 4):g}"
 
 
-def automatic_evaluators(project) -> list[Evaluator]:
-    """The evaluators a rule may use: in use and not scored by people."""
-    return list(
-        Evaluator.objects.filter(project=project, archived=False).exclude(kind=Evaluator.Kind.HUMAN).order_by("name")
-    )
-
-
 def rule_in_project(project, rule_id: int) -> OnlineRule:
     """The rule, looked up in the URL's project: another tenant's is a 404, like a missing one."""
     rule = OnlineRule.objects.filter(project=project, pk=rule_id).select_related("evaluator").first()
@@ -89,10 +83,10 @@ class OnlineRulesPage(ProjectPage):
     permissions = {"GET": READ, "POST": WRITE}
 
     def get(self, request, org_slug, project_slug):
-        return self._render(RuleCreateForm(evaluators=automatic_evaluators(self.project)))
+        return self._render(RuleCreateForm(evaluators=list(selectors.automatic_evaluators(project=self.project))))
 
     def post(self, request, org_slug, project_slug):
-        form = RuleCreateForm(request.POST, evaluators=automatic_evaluators(self.project))
+        form = RuleCreateForm(request.POST, evaluators=list(selectors.automatic_evaluators(project=self.project)))
         if not form.is_valid():
             return self._render(form, status=400)
         try:

@@ -11,6 +11,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agentops import url_prefixes
 from agentops.api.base import OrganizationEndpoint, ProjectEndpoint
 from agentops.api.idempotency import idempotent
 from agentops.api.lookup import by_name_or_id
@@ -123,6 +124,23 @@ class JobSubmitSerializer(InputSerializer):
     evaluation = EvaluationSerializer(required=False, allow_null=True, default=None)
 
 
+def job_submit_arguments(submission: dict) -> dict:
+    """job_submit's keyword arguments from a checked JobSubmitSerializer submission whose names are
+    resolved: the REST API and the assistant's submit_job both submit through it, so a field added
+    to the submission reaches the service from both."""
+    return {
+        "backend": submission["backend"],
+        "hardware": submission["hardware"],
+        "name": submission["name"],
+        "image": submission["image"],
+        "command": submission["command"],
+        "env": submission["env"],
+        "secret_names": submission["secrets"],
+        "time_limit_seconds": submission["time_limit_seconds"],
+        "evaluation": submission["evaluation"],
+    }
+
+
 class JobsEndpoint(ProjectEndpoint):
     queryset = Job.objects.none()
 
@@ -186,15 +204,7 @@ class JobListView(JobsEndpoint):
         job = job_submit(
             project=self.project,
             actor=request.user if request.user.pk else None,
-            backend=data["backend"],
-            hardware=data["hardware"],
-            name=data["name"],
-            image=data["image"],
-            command=data["command"],
-            env=data["env"],
-            secret_names=data["secrets"],
-            time_limit_seconds=data["time_limit_seconds"],
-            evaluation=data["evaluation"],
+            **job_submit_arguments(data),
             api_key=self.access.api_key,
             ip=self.client_ip,
         )
@@ -457,9 +467,9 @@ class JobResultsView(JobTokenEndpoint):
         return Response({"accepted": accepted}, status=status.HTTP_202_ACCEPTED)
 
 
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+project = url_prefixes.API_PROJECT
 job = f"{project}/jobs/<int:job_id>"
-org = "organizations/<slug:org_slug>"
+org = url_prefixes.API_ORGANIZATION
 urlpatterns = [
     path(f"{project}/jobs/", JobListView.as_view(), name="api-job-list"),
     path(f"{project}/jobs/estimate/", JobEstimateView.as_view(), name="api-job-estimate"),

@@ -33,8 +33,9 @@ from huggingface_hub.errors import HfHubHTTPError, JobNotFoundError
 
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
-from agentops.hf_client import DEFAULT_ENDPOINT, AddressRefused, RedirectRefused, hub_api, redact
+from agentops.hf_client import DEFAULT_ENDPOINT, AddressRefused, RedirectRefused, hub_api
 from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.redact import redact_secrets
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
 
 STAGES = {
@@ -278,7 +279,7 @@ class HfJobsBackend:
     def _error(self, doing: str, exc: HfHubHTTPError, secrets: Iterable[str] = ()) -> BackendError:
         status = exc.response.status_code if exc.response is not None else None
         detail = (exc.server_message or "").strip().splitlines()
-        detail_text = redact(detail[0][:300], [*secrets, self._token]) if detail else ""
+        detail_text = redact_secrets(detail[0][:300], [*secrets, self._token]) if detail else ""
         if status == 401:
             message = "Hugging Face refused the token"
         elif status == 403:

@@ -53,6 +53,7 @@ from urllib3.util import Retry
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
 from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.redact import redact_secrets
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
 from jobs.hardware import CATALOG
 
@@ -76,12 +77,6 @@ def _resources(name: str) -> dict[str, str]:
     if hardware.gpus:
         limits["nvidia.com/gpu"] = str(hardware.gpus)
     return limits
-
-
-def _redact(text: str, secrets: Iterable[str]) -> str:
-    for secret in sorted({value for value in secrets if value and len(value) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, "[redacted]")
-    return text
 
 
 def _timestamp_key(text: str) -> tuple[float, int] | None:
@@ -491,7 +486,7 @@ class KubernetesBackend:
             detail = str(body.get("message") or "") if isinstance(body, dict) else ""
         except (ValueError, TypeError):
             detail = ""
-        detail = _redact(detail[:300], [*secret_values, self._token])
+        detail = redact_secrets(detail[:300], [*secret_values, self._token])
         if exc.status == 401:
             message = "the Kubernetes API server refused the token"
         elif exc.status == 403:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
+from agentops.redact import redact_secrets
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
 
 DEFAULT_APP_NAME = "agentops-jobs"
@@ -29,6 +30,9 @@ FIRST_LOG_LOOKBACK = timedelta(days=7)
 # Log entries read per call at most: the rest comes on the next poll.
 MAX_LOG_ENTRIES_PER_READ = 5000
 
+# How a secret shows in this backend's errors.
+MASK = "***"
+
 
 def _modal():
     try:
@@ -37,13 +41,6 @@ def _modal():
     except ImportError:
         raise BackendError("the modal package is not installed on this worker (pip install modal)") from None
     return modal
-
-
-def _redact(text: str, values) -> str:
-    for value in values:
-        if value and len(value) >= 4:
-            text = text.replace(value, "***")
-    return text
 
 
 class ModalBackend:
@@ -226,7 +223,8 @@ class ModalBackend:
             client = modal.Client.from_credentials(self.token_id, self.token_secret)
             yield client
         except errors.NotFoundError as exc:
-            raise JobNotFound(f"Modal does not know the sandbox ({_redact(str(exc), redact)[:200]})") from None
+            detail = redact_secrets(str(exc), redact, MASK)[:200]
+            raise JobNotFound(f"Modal does not know the sandbox ({detail})") from None
         except (errors.AuthError, errors.PermissionDeniedError):
             raise BackendError("Modal refused the token (check token_id and token_secret)") from None
         except (
@@ -235,10 +233,10 @@ class ModalBackend:
             errors.ResourceExhaustedError,
             errors.ConnectionError,
         ) as exc:
-            message = _redact(str(exc), redact)[:300]
+            message = redact_secrets(str(exc), redact, MASK)[:300]
             raise BackendError(f"Modal is unavailable: {type(exc).__name__} {message}", retryable=True) from None
         except errors.Error as exc:
-            message = _redact(str(exc), redact)[:500]
+            message = redact_secrets(str(exc), redact, MASK)[:500]
             raise BackendError(f"Modal refused the call: {type(exc).__name__} {message}") from None
         except OSError as exc:
             raise BackendError(f"cannot reach Modal: {type(exc).__name__}", retryable=True) from None

@@ -22,6 +22,7 @@ import shlex
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
 from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.redact import redact_secrets
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
 from jobs.hardware import CATALOG
 
@@ -47,6 +48,9 @@ RUNTIME_ENV_KEYS = {"pip", "uv", "conda", "env_vars", "working_dir", "py_modules
 
 # Environment variables that make Ray's client ignore the address it is given.
 RAY_ADDRESS_VARIABLES = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+
+# How a secret shows in this backend's errors.
+MASK = "***"
 
 
 class _RayHttpError(RuntimeError):
@@ -91,13 +95,6 @@ def _client_class():
             raise _RayHttpError(r.status_code, r.text)
 
     return BoundedJobSubmissionClient
-
-
-def _redact(text: str, values) -> str:
-    for value in values:
-        if value and len(value) >= 4:
-            text = text.replace(value, "***")
-    return text
 
 
 def _check_runtime_env(runtime_env) -> dict:
@@ -309,7 +306,7 @@ class RayBackend:
                 raise JobNotFound(f"the Ray cluster does not know the job ({exc.text.strip()[:200]})") from None
             if exc.status_code in (401, 403):
                 raise BackendError(f"the Ray cluster refused the credentials (HTTP {exc.status_code})") from None
-            detail = _redact(exc.text.strip()[:500], redact)
+            detail = redact_secrets(exc.text.strip()[:500], redact, MASK)
             raise BackendError(
                 f"the Ray cluster answered HTTP {exc.status_code}: {detail}", retryable=exc.status_code >= 500
             ) from None
@@ -320,4 +317,5 @@ class RayBackend:
             ) from None
         except (RuntimeError, ValueError, TypeError) as exc:
             # The client's own checks (a Ray too old, a runtime_env it refuses).
-            raise BackendError(f"the Ray client refused the call: {_redact(str(exc)[:500], redact)}") from None
+            detail = redact_secrets(str(exc)[:500], redact, MASK)
+            raise BackendError(f"the Ray client refused the call: {detail}") from None

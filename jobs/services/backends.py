@@ -21,7 +21,7 @@ from agentops import crypto
 from agentops.destinations import check_credential_destination
 from agentops.errors import Conflict, Forbidden, InvalidRequest
 from agentops.jsonsafe import storage_problem
-from agentops.services.audit import audit_record
+from agentops.services.audit import acting_user, audit_record
 from jobs import hardware as catalog
 from jobs.backends import BackendError, backend_class, backend_for
 from jobs.models import ComputeBackend
@@ -98,7 +98,7 @@ def backend_create(*, organization, actor, name: str, kind: str, config=None, cr
             config=config,
             credentials_ciphertext=crypto.encrypt(json.dumps(credentials)) if credentials else "",
             credentials_hint=", ".join(sorted(credentials)) if credentials else "",
-            created_by=actor if getattr(actor, "pk", None) else None,
+            created_by=acting_user(actor),
         )
         audit_record(
             organization=organization,

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from agentops import crypto
 from agentops.errors import InvalidRequest, NotFound
-from agentops.services.audit import audit_record
+from agentops.services.audit import acting_user, audit_record
 from jobs.models import JobSecret
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -37,7 +37,7 @@ def secret_set(*, organization, actor, name: str, value: str, ip=None) -> JobSec
         )
         secret.value_ciphertext = crypto.encrypt(value)
         secret.hint = value[-4:] if len(value) >= 12 else ""
-        secret.updated_by = actor if getattr(actor, "pk", None) else None
+        secret.updated_by = acting_user(actor)
         secret.updated_at = timezone.now()
         secret.save()
         audit_record(

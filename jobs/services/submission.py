@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest, NotFound
-from agentops.services.audit import audit_record
+from agentops.services.audit import acting_user, audit_record
 from billing.budgets import check_work_allowed
 from evals.services.experiments import experiment_start
 from jobs import hardware as catalog
@@ -196,7 +196,7 @@ def job_submit(
             secret_names=secret_names,
             time_limit_seconds=time_limit_seconds,
             api_key=api_key,
-            created_by=actor if getattr(actor, "pk", None) else None,
+            created_by=acting_user(actor),
         )
         if evaluation:
             experiment = experiment_start(

@@ -1,9 +1,10 @@
 from django.urls import path
 
+from agentops import url_prefixes
 from runs import sse
 from runs.api import agents, approvals, batch, compare, replays, sessions, settings, trajectories, views
 
-project = "projects/<slug:org_slug>/<slug:project_slug>"
+project = url_prefixes.API_PROJECT
 run = f"{project}/runs/<int:run_id>"
 session = f"{project}/agent-sessions/<int:session_id>"
 

@@ -56,7 +56,11 @@ def ask_model(
             timeout_ms=settings.LLM_CALL_TIMEOUT_SECONDS * 1000,
             on_text=_beating(run, stream.write, chunks),
         )
-    except CallAbandoned:  # cancelled while the model was writing its answer
+    except (CallAbandoned, ProviderError) as exc:
+        if isinstance(exc, CallAbandoned):  # cancelled while the model was writing its answer
+            error, status, run_error = "cancelled while the model was answering", Run.Status.CANCELLED, "cancelled"
+        else:
+            error, status, run_error = str(exc), Run.Status.FAILED, f"step {step}: {exc}"
         _end_with_failed_call(
             run,
             state,
@@ -66,24 +70,9 @@ def ask_model(
             started=started,
             stream=stream,
             chunks=chunks,
-            error="cancelled while the model was answering",
-            status=Run.Status.CANCELLED,
-            run_error="cancelled",
-        )
-        return None
-    except ProviderError as exc:
-        _end_with_failed_call(
-            run,
-            state,
-            step=step,
-            spec=spec,
-            provider=provider,
-            started=started,
-            stream=stream,
-            chunks=chunks,
-            error=str(exc),
-            status=Run.Status.FAILED,
-            run_error=f"step {step}: {exc}",
+            error=error,
+            status=status,
+            run_error=run_error,
         )
         return None
     stream.close()
@@ -102,20 +91,16 @@ def _end_with_failed_call(
         write(
             run,
             steps=[
-                llm_step(
-                    run,
-                    f"llm-{step}",
-                    f"chat {spec.model}",
-                    ROOT_SPAN,
-                    provider,
-                    spec,
-                    started,
-                    input={"messages": state["conversation"]},
-                    error=error,
-                )
+                _chat_step(run, step, spec, provider, started, input={"messages": state["conversation"]}, error=error)
             ],
         )
         finish_run(run, status=status, error=run_error)
+
+
+def _chat_step(run: Run, step: int, spec, provider, started, **fields):
+    """The ``llm`` step of the run's ``step``-th model call (span ``llm-<step>``, under the
+    run's root), answered or failed as ``fields`` say."""
+    return llm_step(run, f"llm-{step}", f"chat {spec.model}", ROOT_SPAN, provider, spec, started, **fields)
 
 
 def _beating(run: Run, write_piece, chunks: ChunkBuffer):
@@ -145,13 +130,11 @@ def store_answer(run, state, step, spec, provider, started, parameters, result, 
     write(
         run,
         steps=[
-            llm_step(
+            _chat_step(
                 run,
-                f"llm-{step}",
-                f"chat {spec.model}",
-                ROOT_SPAN,
-                provider,
+                step,
                 spec,
+                provider,
                 started,
                 input={"messages": state["conversation"], "parameters": parameters},
                 result=result,

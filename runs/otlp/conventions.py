@@ -225,28 +225,54 @@ def span_payloads(attributes: dict, kind: str, inputs: list[dict], outputs: list
     """(input, output) of a step: Langfuse's observation input/output, the GenAI
     messages, OpenInference's messages, the tool call's arguments/result, then
     ``input.value`` / ``output.value``."""
-    input_payload = parse_json_text(attributes.get("langfuse.observation.input"), any_json=True)
-    if input_payload is None and "gen_ai.input.messages" in attributes:
-        input_payload = _payload_with_system(
-            parse_json_text(attributes["gen_ai.input.messages"]), attributes.get("gen_ai.system_instructions")
-        )
-    if input_payload is None and kind == LLM and inputs:
-        input_payload = inputs
-    if input_payload is None and "gen_ai.tool.call.arguments" in attributes:
-        input_payload = parse_json_text(attributes["gen_ai.tool.call.arguments"])
-    if input_payload is None:
-        input_payload = _mime_value(attributes, "input")
-
-    output_payload = parse_json_text(attributes.get("langfuse.observation.output"), any_json=True)
-    if output_payload is None and "gen_ai.output.messages" in attributes:
-        output_payload = parse_json_text(attributes["gen_ai.output.messages"])
-    if output_payload is None and kind == LLM and outputs:
-        output_payload = outputs
-    if output_payload is None and "gen_ai.tool.call.result" in attributes:
-        output_payload = parse_json_text(attributes["gen_ai.tool.call.result"])
-    if output_payload is None:
-        output_payload = _mime_value(attributes, "output")
+    input_payload = _payload(
+        attributes,
+        kind,
+        inputs,
+        langfuse_key="langfuse.observation.input",
+        messages_key="gen_ai.input.messages",
+        tool_key="gen_ai.tool.call.arguments",
+        mime_prefix="input",
+        system_instructions=attributes.get("gen_ai.system_instructions"),
+    )
+    output_payload = _payload(
+        attributes,
+        kind,
+        outputs,
+        langfuse_key="langfuse.observation.output",
+        messages_key="gen_ai.output.messages",
+        tool_key="gen_ai.tool.call.result",
+        mime_prefix="output",
+    )
     return input_payload, output_payload
+
+
+def _payload(
+    attributes: dict,
+    kind: str,
+    messages: list[dict],
+    *,
+    langfuse_key: str,
+    messages_key: str,
+    tool_key: str,
+    mime_prefix: str,
+    system_instructions: Any = None,
+) -> Any:
+    """One side (input or output) of a step, from the first convention that states it, in
+    the order ``span_payloads`` gives; the GenAI input messages carry the system
+    instructions, the output ones none."""
+    payload = parse_json_text(attributes.get(langfuse_key), any_json=True)
+    if payload is None and messages_key in attributes:
+        payload = parse_json_text(attributes[messages_key])
+        if system_instructions is not None:
+            payload = _payload_with_system(payload, system_instructions)
+    if payload is None and kind == LLM and messages:
+        payload = messages
+    if payload is None and tool_key in attributes:
+        payload = parse_json_text(attributes[tool_key])
+    if payload is None:
+        payload = _mime_value(attributes, mime_prefix)
+    return payload
 
 
 def _lookup_text(attributes: dict, resource: dict, keys: Iterable[str], max_length: int) -> str:

@@ -20,6 +20,22 @@ from runs.services.events import event_append
 from runs.tasks import execute_run
 
 
+def _approval_get_or_create(run: Run, call: dict, **fields) -> tuple[Approval, bool]:
+    """The approval of the run's tool ``call``, created with ``fields`` if there is none
+    yet (one per call: a worker that asks again finds the first)."""
+    return Approval.objects.get_or_create(
+        run=run,
+        call_id=call["id"],
+        defaults={
+            "organization_id": run.organization_id,
+            "project_id": run.project_id,
+            "tool_name": call["name"],
+            "arguments": call["arguments"],
+            **fields,
+        },
+    )
+
+
 def approval_request(*, run: Run, call: dict) -> Approval:
     """Create (once per tool call) the pending approval and put the run in ``waiting``;
     or, when the run is a turn of a session whose approve-all covers the tool, the
@@ -28,34 +44,20 @@ def approval_request(*, run: Run, call: dict) -> Approval:
         approve_all = Session.objects.filter(pk=run.agent_session_id).values_list("approve_all", flat=True).first()
         if approve_all and ("*" in approve_all or call["name"] in approve_all):
             with transaction.atomic():
-                approval, created = Approval.objects.get_or_create(
-                    run=run,
-                    call_id=call["id"],
-                    defaults={
-                        "organization_id": run.organization_id,
-                        "project_id": run.project_id,
-                        "tool_name": call["name"],
-                        "arguments": call["arguments"],
-                        "approved_arguments": call["arguments"],
-                        "status": Approval.Status.APPROVED,
-                        "reason": "approved by the session's approve-all",
-                        "decided_at": timezone.now(),
-                        "expires_at": timezone.now(),
-                    },
+                approval, created = _approval_get_or_create(
+                    run,
+                    call,
+                    approved_arguments=call["arguments"],
+                    status=Approval.Status.APPROVED,
+                    reason="approved by the session's approve-all",
+                    decided_at=timezone.now(),
+                    expires_at=timezone.now(),
                 )
                 if created:
                     _decided_event(approval, by="approve-all")
             return approval
-    approval, created = Approval.objects.get_or_create(
-        run=run,
-        call_id=call["id"],
-        defaults={
-            "organization_id": run.organization_id,
-            "project_id": run.project_id,
-            "tool_name": call["name"],
-            "arguments": call["arguments"],
-            "expires_at": timezone.now() + timedelta(minutes=settings.APPROVAL_TIMEOUT_MINUTES),
-        },
+    approval, created = _approval_get_or_create(
+        run, call, expires_at=timezone.now() + timedelta(minutes=settings.APPROVAL_TIMEOUT_MINUTES)
     )
     Run.objects.filter(pk=run.pk).update(status=Run.Status.WAITING)
     ingest(project=run.project, runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.WAITING})])

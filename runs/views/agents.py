@@ -62,15 +62,9 @@ VERSION_FIELDS = (
 
 
 def version_config(version: AgentVersion) -> dict[str, Any]:
-    """A version's configuration as plain data, parameters flattened (what a diff compares)."""
-    return {
-        "model": version.model,
-        "system_prompt": version.system_prompt,
-        "tools": list(version.tools),
-        "approval_tools": list(version.approval_tools),
-        **{name: version.parameters.get(name) for name in PARAMETER_LABELS},
-        "step_limit": version.step_limit,
-    }
+    """A version's configuration as plain data, parameters flattened (what a diff compares):
+    the values the edit form starts from."""
+    return AgentConfigForm.initial_from(version)
 
 
 def version_json(version: AgentVersion) -> str:

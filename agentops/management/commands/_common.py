@@ -1,6 +1,6 @@
 """Helpers shared by the operator commands."""
 
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
 
 from agentops.models import Organization, Project
 from agentops.scoping import organization_scope
@@ -28,3 +28,19 @@ def get_project(path: str) -> Project:
     if project is None:
         raise CommandError(f"no project {project_slug!r} in organization {org_slug!r}")
     return project
+
+
+class ProjectCommand(BaseCommand):
+    """A command that acts on one project, named ``<org_slug>/<project_slug>``:
+    ``handle_project`` runs in the project's organization scope."""
+
+    def add_arguments(self, parser):
+        parser.add_argument("path", metavar="org_slug/project_slug")
+
+    def handle(self, *args, path, **options):
+        project = get_project(path)
+        with organization_scope(project.organization):
+            self.handle_project(project, path=path, **options)
+
+    def handle_project(self, project: Project, *, path: str, **options) -> None:
+        raise NotImplementedError

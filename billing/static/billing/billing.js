@@ -6,6 +6,19 @@
 
   var COLORS = { muted: "#5d6574", grid: "#e2e5ea" };
 
+  // The look both charts share (transparent, the page's font, dates along x, a legend
+  // below); ``layout`` adds each chart's own margins, height and axes.
+  function chartLayout(layout) {
+    return Object.assign({
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      font: { family: getComputedStyle(document.body).fontFamily, size: 12, color: COLORS.muted },
+      xaxis: { type: "date", gridcolor: COLORS.grid },
+      showlegend: true,
+      legend: { orientation: "h", y: -0.15 },
+    }, layout);
+  }
+
   function draw() {
     var source = document.getElementById("billing-data");
     if (!source || !window.Plotly) return;
@@ -14,18 +27,12 @@
       return { type: "bar", name: series.name, x: data.days, y: series.cost,
                hovertemplate: series.name + ": $%{y:.4f}<extra></extra>" };
     });
-    Plotly.newPlot("chart-spend", traces, {
+    Plotly.newPlot("chart-spend", traces, chartLayout({
       barmode: "stack",
       margin: { l: 56, r: 12, t: 8, b: 36 },
       height: 300,
-      paper_bgcolor: "rgba(0,0,0,0)",
-      plot_bgcolor: "rgba(0,0,0,0)",
-      font: { family: getComputedStyle(document.body).fontFamily, size: 12, color: COLORS.muted },
-      xaxis: { type: "date", gridcolor: COLORS.grid },
       yaxis: { gridcolor: COLORS.grid, tickprefix: "$", rangemode: "tozero" },
-      showlegend: true,
-      legend: { orientation: "h", y: -0.15 },
-    }, { displayModeBar: false, responsive: true });
+    }), { displayModeBar: false, responsive: true });
     drawCarbon(data.carbon);
   }
 
@@ -36,18 +43,12 @@
         hovertemplate: "%{y:.2f} Wh<extra></extra>" },
       { type: "scatter", mode: "lines+markers", name: "CO2e (g)", x: carbon.days, y: carbon.co2e_g, yaxis: "y2",
         hovertemplate: "%{y:.2f} g CO2e<extra></extra>" },
-    ], {
+    ], chartLayout({
       margin: { l: 56, r: 56, t: 8, b: 36 },
       height: 260,
-      paper_bgcolor: "rgba(0,0,0,0)",
-      plot_bgcolor: "rgba(0,0,0,0)",
-      font: { family: getComputedStyle(document.body).fontFamily, size: 12, color: COLORS.muted },
-      xaxis: { type: "date", gridcolor: COLORS.grid },
       yaxis: { gridcolor: COLORS.grid, ticksuffix: " Wh", rangemode: "tozero" },
       yaxis2: { overlaying: "y", side: "right", ticksuffix: " g", rangemode: "tozero", showgrid: false },
-      showlegend: true,
-      legend: { orientation: "h", y: -0.15 },
-    }, { displayModeBar: false, responsive: true });
+    }), { displayModeBar: false, responsive: true });
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", draw);

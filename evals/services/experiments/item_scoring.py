@@ -121,14 +121,17 @@ def score_result(*, result_id: int) -> None:
             return
         scores: dict[str, float | None] = {}
         rows = []
+
+        def score_row(**fields) -> Score:
+            """A score of this item's result and run: an evaluator's, or one reported with it."""
+            return Score(
+                organization_id=result.organization_id, project_id=result.project_id, run=run, result=result, **fields
+            )
+
         for spec, outcome in outcomes:
             scores[spec["name"]] = outcome.value
             rows.append(
-                Score(
-                    organization_id=result.organization_id,
-                    project_id=result.project_id,
-                    run=run,
-                    result=result,
+                score_row(
                     evaluator_id=spec.get("id"),
                     name=spec["name"],
                     value=outcome.value,
@@ -143,18 +146,7 @@ def score_result(*, result_id: int) -> None:
             if name in scores:
                 continue  # the platform's evaluator of that name wins
             scores[name] = value
-            rows.append(
-                Score(
-                    organization_id=result.organization_id,
-                    project_id=result.project_id,
-                    run=run,
-                    result=result,
-                    name=name,
-                    value=value,
-                    passed=None,
-                    source=Score.Source.EXTERNAL,
-                )
-            )
+            rows.append(score_row(name=name, value=value, passed=None, source=Score.Source.EXTERNAL))
         Score.objects.filter(result=result).delete()
         Score.objects.bulk_create(rows)
         result.scores = scores

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from agentops.errors import InvalidRequest
 from agentops.jsonsafe import storage_problem
-from agentops.services.audit import audit_record
+from agentops.services.audit import acting_user, audit_record
 from billing.budgets import check_work_allowed
 from evals import tasks
 from evals.models import Dataset, DatasetItem, DatasetVersion, Evaluator, Experiment, ExperimentResult
@@ -101,7 +101,7 @@ def experiment_start(
             item_count=len(items),
             job=job_id,
             api_key=api_key,
-            created_by=actor if getattr(actor, "pk", None) else None,
+            created_by=acting_user(actor),
             created_at=now,
         )
         ExperimentResult.objects.bulk_create(
