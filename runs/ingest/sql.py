@@ -1,9 +1,12 @@
 """How rows reach PostgreSQL: one upsert per table, keyed by the client-visible id.
 
 A few rows (the executor's batches) go as one multi-row INSERT for every table at once;
-many go through COPY into a temporary table. Statements are built once per process
-(cached), so psycopg prepares them once. Values are made storable on the way: JSON as
-``Jsonb``, text cleaned of what PostgreSQL refuses (``runs.events``' cleaners).
+many go through COPY into a temporary table, then one INSERT ... ON CONFLICT. Rows of
+runs the batch itself created cannot conflict with anything (``copy_new``): they go by
+COPY straight into their table, PostgreSQL's fastest way in. Statements are built once
+per process (cached), so psycopg prepares them once. Values are made storable on the
+way: JSON as ``Jsonb``, text cleaned of what PostgreSQL refuses (``runs.events``'
+cleaners).
 """
 
 from __future__ import annotations
@@ -93,6 +96,31 @@ def upsert_sql(model, unique_fields: tuple[str, ...], update_fields: tuple[str, 
     )
 
 
+def _row_writer(sql: UpsertSQL):
+    """A function of a row (a dict by attribute name) to its storable values in the order
+    of ``sql.fields``; fields a row lacks take their default."""
+    columns = [(f.attname, f.get_default(), isinstance(f, JSONField)) for f in sql.fields]
+
+    def values_of(row: dict) -> list:
+        get = row.get
+        return [storable(get(name, default), is_json) for name, default, is_json in columns]
+
+    return values_of
+
+
+def copy_new(upsert: Upsert) -> None:
+    """Write rows that cannot exist yet, by COPY straight into their table: those of
+    runs this transaction created, which no other transaction sees until it commits (and
+    ``ingest()`` keeps one row per key). Their ids are the table's to assign."""
+    if not upsert.rows:
+        return
+    sql = upsert_sql(upsert.model, upsert.unique_fields, upsert.update_fields)
+    values_of = _row_writer(sql)
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {sql.table} ({sql.columns}) FROM STDIN") as copy:
+        for row in upsert.rows:
+            copy.write_row(values_of(row))
+
+
 def copy_upsert(*upserts: Upsert) -> None:
     """Write ``upserts``. Many rows go through COPY into a temporary table and one INSERT
     ... ON CONFLICT DO UPDATE: the fastest way PostgreSQL takes many rows of large JSON
@@ -108,14 +136,7 @@ def copy_upsert(*upserts: Upsert) -> None:
             if not upsert.rows:
                 continue
             sql = upsert_sql(upsert.model, upsert.unique_fields, upsert.update_fields)
-            defaults = {f.attname: f.get_default() for f in sql.fields}
-            json_columns = [isinstance(f, JSONField) for f in sql.fields]
-
-            def values_of(row: dict, sql=sql, defaults=defaults, json_columns=json_columns) -> list:
-                return [
-                    storable(row.get(f.attname, defaults[f.attname]), json_column)
-                    for f, json_column in zip(sql.fields, json_columns, strict=True)
-                ]
+            values_of = _row_writer(sql)
 
             if len(upsert.rows) <= SMALL_UPSERT_ROWS:
                 placeholders = "(" + ", ".join(["%s"] * len(sql.fields)) + ")"
