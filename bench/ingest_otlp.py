@@ -18,7 +18,10 @@ It prints, from the same run:
 - where the CPU went, per span: the web processes, PostgreSQL and the clients over the
   HTTP run (from the processes' CPU times), then the web's share by stage (body decode,
   mapping to events, the write's Python, the write's PostgreSQL) from the same requests
-  re-sent in this process under new trace ids.
+  re-sent in this process under new trace ids;
+- the machine's CPU-bound capacity: its cores over the CPU a span took. On a shared
+  machine the wall-clock figures (throughput and COPY alike) fall with the others' load;
+  this one does not, and it is what the wall clock reaches when nothing else runs.
 
     .venv/bin/python bench/ingest_otlp.py [--traces 8192] [--clients 4] [--workers N]
 """
@@ -389,6 +392,11 @@ def main() -> None:
         f"CPU per span over the HTTP run: web {web_cpu * per_span:.0f} us, PostgreSQL {pg_cpu * per_span:.0f} us, "
         f"clients {client_cpu * per_span:.0f} us (wall {readable_wall * per_span:.0f} us x {cores} cores "
         f"= {readable_wall * cores * per_span:.0f} us of CPU available)"
+    )
+    used = (web_cpu + pg_cpu + client_cpu) * per_span
+    print(
+        f"CPU-bound capacity of this machine: {cores} cores / {used:.0f} us of CPU per span = "
+        f"{cores * 1e6 / used:,.0f} spans/s (what the wall clock shows when nothing else runs)"
     )
     print(f"where the web's CPU goes, per span ({PROFILED_REQUESTS} requests re-sent in-process):")
     for name, (python, postgres) in stages.items():
