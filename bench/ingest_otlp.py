@@ -1,34 +1,53 @@
-"""Benchmark: OTLP ingestion throughput.
+"""Benchmark: OTLP ingestion throughput, beside PostgreSQL's own COPY limit in the same run.
 
-Starts the platform's ASGI app under uvicorn (``--workers``, default 2) on a private
-embedded PostgreSQL/Redis, then 4 client processes POST realistic agent traces
-(8 spans per trace, about 1.5 kB of attributes per span, protobuf, 512 spans per
-request as the OpenTelemetry SDK's batch exporter sends by default) to
-/api/v1/otlp/v1/traces. Prints the spans per second accepted (200 answers, minus any
-rejected in partial_success) and the time until every run is readable through the
-REST API (ingestion is synchronous: a 200 means stored, so this is the read-back).
+On a private platform (embedded PostgreSQL and Redis in a temporary folder, production
+settings), starts the web server exactly as ``manage.py serve`` (``make run``) does: one
+uvicorn process per available core unless ``--workers``. Then 4 client processes POST
+realistic agent traces (8 spans per trace, about 1.5 kB of attributes per span, protobuf,
+512 spans per request as the OpenTelemetry SDK's batch exporter sends by default) to
+/api/v1/otlp/v1/traces. A 200 means stored (ingestion is synchronous), so the figure is
+spans accepted (200 answers, minus any rejected in partial_success) per second until
+every run is readable through the REST API.
 
-    .venv/bin/python bench/ingest_otlp.py [--traces 10240] [--clients 4] [--workers 2]
+It prints, from the same run:
+
+- spans/s accepted and readable, and the share of the COPY limit: PostgreSQL's COPY of
+  the very step rows just stored (their text) into a table like ``runs_step`` (same
+  columns and indexes), in rows/s;
+- the web processes' peak RSS (each must stay under 300 MB);
+- where the CPU went, per span: the web processes, PostgreSQL and the clients over the
+  HTTP run (from the processes' CPU times), then the web's share by stage (body decode,
+  mapping to events, the write's Python, the write's PostgreSQL) from the same requests
+  re-sent in this process under new trace ids;
+- the machine's CPU-bound capacity: its cores over the CPU a span took. On a shared
+  machine the wall-clock figures (throughput and COPY alike) fall with the others' load;
+  this one does not, and it is what the wall clock reaches when nothing else runs.
+
+    .venv/bin/python bench/ingest_otlp.py [--traces 8192] [--clients 4] [--workers N]
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import random
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
+from io import StringIO
+from pathlib import Path
 
-from _platform import ROOT, production_env, serve_platform
+from _platform import ROOT, free_port, private_platform
 
 SPANS_PER_TRACE = 8
 # 64 traces x 8 spans = 512 spans: the batch size the OpenTelemetry SDK exports by default
 # (BatchSpanProcessor max_export_batch_size).
 TRACES_PER_REQUEST = 64
+RSS_LIMIT_MB = 300
+# Requests re-sent in this process for the stage breakdown.
+PROFILED_REQUESTS = 16
 
 
 def build_request(batch: int, start_index: int, rng: random.Random) -> bytes:
@@ -98,7 +117,7 @@ def build_request(batch: int, start_index: int, rng: random.Random) -> bytes:
     return request.SerializeToString()
 
 
-def client(url: str, key: str, first_trace: int, traces: int, results) -> None:
+def client(url: str, key: str, first_trace: int, traces: int, ready, go, results) -> None:
     import requests
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
@@ -107,7 +126,9 @@ def client(url: str, key: str, first_trace: int, traces: int, results) -> None:
     session = requests.Session()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/x-protobuf"}
     accepted = failed = 0
-    started = time.perf_counter()
+    ready.put(os.getpid())
+    go.wait()
+    cpu = time.process_time()
     for body in bodies:
         for _attempt in range(5):
             response = session.post(url, data=body, headers=headers, timeout=120)
@@ -124,101 +145,257 @@ def client(url: str, key: str, first_trace: int, traces: int, results) -> None:
             failed += rejected
         else:
             failed += sent
-    results.put((accepted, failed, time.perf_counter() - started, time.perf_counter()))
+    results.put((accepted, failed, time.process_time() - cpu))
+
+
+def cpu_seconds(processes) -> float:
+    import psutil
+
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:  # noqa: S112 - gone
+            continue
+        total += times.user + times.system + getattr(times, "children_user", 0) + getattr(times, "children_system", 0)
+    return total
+
+
+def tree(root):
+    import psutil
+
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+class RssSampler(threading.Thread):
+    """The largest RSS any web process reached, sampled every 50 ms."""
+
+    def __init__(self, web):
+        super().__init__(daemon=True)
+        self.web, self.peak, self.peak_total, self.running = web, 0, 0, True
+
+    def run(self):
+        import psutil
+
+        while self.running:
+            sizes = []
+            for process in tree(self.web):
+                try:
+                    sizes.append(process.memory_info().rss)
+                except psutil.Error:  # noqa: S110 - gone
+                    pass
+            if sizes:
+                self.peak, self.peak_total = max(self.peak, *sizes), max(self.peak_total, sum(sizes))
+            time.sleep(0.05)
+
+
+def postgres_processes(data_dir: str):
+    """The embedded PostgreSQL's postmaster and its children (the backends)."""
+    import psutil
+
+    pid = int((Path(data_dir) / "postgres" / "pgdata" / "postmaster.pid").read_text().split()[0])
+    return tree(psutil.Process(pid))
+
+
+def copy_limit(steps: int) -> tuple[int, float]:
+    """PostgreSQL's COPY of the stored step rows (their COPY text, read back first) into a
+    table like runs_step: its columns, defaults and indexes, without its foreign keys;
+    committed (autocommit), as durable as an acknowledged ingest."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        columns = ", ".join(
+            f'"{c.name}"' for c in connection.introspection.get_table_description(cursor, "runs_step") if c.name != "id"
+        )
+        data = bytearray()
+        with cursor.copy(f"COPY (SELECT {columns} FROM runs_step ORDER BY id LIMIT {steps}) TO STDOUT") as copy:  # noqa: S608
+            for chunk in copy:
+                data += chunk
+        cursor.execute(
+            "CREATE TABLE bench_copy_step (LIKE runs_step INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING INDEXES)"
+        )
+    rows = data.count(b"\n")
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        with cursor.copy(f"COPY bench_copy_step ({columns}) FROM STDIN") as copy:
+            view = memoryview(data)
+            for offset in range(0, len(view), 1 << 20):
+                copy.write(view[offset : offset + (1 << 20)])
+    return rows, time.perf_counter() - started
+
+
+def stage_breakdown(project, data_dir: str) -> dict[str, tuple[float, float]]:
+    """CPU seconds (this process, PostgreSQL) of each stage of PROFILED_REQUESTS requests
+    like the clients', under new trace ids: decode, map, write (as the receiver does)."""
+    from django.db import connection
+
+    from agentops.scoping import organization_scope
+    from runs.ingest import ingest
+    from runs.otlp import decode, map_traces
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = __import__("psutil").Process(cursor.fetchone()[0])
+    rng = random.Random(7)
+    first = 10**9
+    bodies = [build_request(i, first + i * TRACES_PER_REQUEST, rng) for i in range(PROFILED_REQUESTS + 1)]
+    stages = {"decode": [0.0, 0.0], "map": [0.0, 0.0], "write": [0.0, 0.0]}
+
+    def mark():
+        return time.process_time(), cpu_seconds([backend])
+
+    for index, body in enumerate(bodies):
+        t0 = mark()
+        request = decode.decode_traces(body, decode.PROTOBUF)
+        t1 = mark()
+        batch = map_traces(request)
+        t2 = mark()
+        with organization_scope(project.organization):
+            ingest(project=project, steps=batch.steps, messages=batch.messages, tool_calls=batch.tool_calls)
+        t3 = mark()
+        if index == 0:
+            continue  # warm-up: statements prepared, caches filled
+        for name, (before, after) in (("decode", (t0, t1)), ("map", (t1, t2)), ("write", (t2, t3))):
+            stages[name][0] += after[0] - before[0]
+            stages[name][1] += after[1] - before[1]
+    return {name: (python, postgres) for name, (python, postgres) in stages.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--traces", type=int, default=10240, help="traces in all (8 spans each)")
+    parser.add_argument("--traces", type=int, default=8192, help="traces in all (8 spans each)")
     parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=None, help="web processes (default: as serve, one per core)")
     args = parser.parse_args()
-    data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
-    env = production_env(data_dir, ALLOWED_HOSTS="127.0.0.1,localhost", API_RATE_LIMIT_PER_KEY="1000000/min")
-    python = sys.executable
-    holder = None
-    server = None
-    try:
-        # One process holds the embedded servers for the whole run (see agentops/embedded.py).
-        holder = subprocess.Popen(
-            [
-                python,
-                "-c",
-                "import os, time, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
-                "'agentops.settings'); django.setup(); print('up', flush=True); time.sleep(10**6)",
-            ],
+    with private_platform(ALLOWED_HOSTS="127.0.0.1,localhost", API_RATE_LIMIT_PER_KEY="1000000/min") as env:
+        import psutil
+        import requests
+        from django.core.management import call_command
+        from django.db import connections
+
+        from agentops.management.commands.serve import available_cores, web_command
+        from agentops.models import Project
+        from agentops.scoping import dangerously_unscoped
+
+        data_dir = env["DATA_DIR"]
+        call_command("create_organization", "bench", "--owner", "bench@example.com", stdout=StringIO())
+        call_command("create_project", "bench/agent", stdout=StringIO())
+        out = StringIO()
+        call_command("create_api_key", "bench/agent", "--scopes", "ingest,read", stdout=out)
+        key = out.getvalue().strip().splitlines()[-1]
+        workers = args.workers or available_cores()
+        port = free_port()
+        connections.close_all()  # nothing shared with the client processes forked below
+        log = open(Path(data_dir) / "web.log", "wb")  # noqa: SIM115 - closed with the server
+        server = subprocess.Popen(
+            web_command(sys.executable, "127.0.0.1", str(port), workers),
             cwd=ROOT,
             env=env,
-            stdout=subprocess.PIPE,
-            text=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
-        holder.stdout.readline()
-
-        def manage(*arguments: str) -> str:
-            done = subprocess.run(
-                [python, "manage.py", *arguments], cwd=ROOT, env=env, check=True, capture_output=True, text=True
-            )
-            return done.stdout
-
-        manage("migrate", "-v", "0")
-        manage("create_organization", "bench", "--owner", "bench@example.com")
-        manage("create_project", "bench/agent")
-        key = manage("create_api_key", "bench/agent", "--scopes", "ingest,read").strip().splitlines()[-1]
-        server, port = serve_platform(env, workers=args.workers)
-        base = f"http://127.0.0.1:{port}"
-        import requests
-
-        for _ in range(200):
-            try:
-                if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
+        try:
+            base = f"http://127.0.0.1:{port}"
+            for _ in range(600):
+                try:
+                    if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
+                        break
+                except (requests.ConnectionError, requests.Timeout):
+                    time.sleep(0.1)
+            per_client = args.traces // args.clients // TRACES_PER_REQUEST * TRACES_PER_REQUEST
+            ready, results, go = multiprocessing.Queue(), multiprocessing.Queue(), multiprocessing.Event()
+            clients = [
+                multiprocessing.Process(
+                    target=client,
+                    args=(f"{base}/api/v1/otlp/v1/traces", key, c * per_client, per_client, ready, go, results),
+                )
+                for c in range(args.clients)
+            ]
+            for process in clients:
+                process.start()
+            for _ in clients:
+                ready.get()  # every client has built its requests
+            web = psutil.Process(server.pid)
+            postgres = postgres_processes(data_dir)
+            sampler = RssSampler(web)
+            sampler.start()
+            web_cpu, pg_cpu = cpu_seconds(tree(web)), cpu_seconds(postgres)
+            started = time.perf_counter()
+            go.set()
+            outcomes = [results.get() for _ in clients]
+            for process in clients:
+                process.join()
+            accepted = sum(o[0] for o in outcomes)
+            failed = sum(o[1] for o in outcomes)
+            client_cpu = sum(o[2] for o in outcomes)
+            answered = time.perf_counter() - started
+            web_cpu, pg_cpu = cpu_seconds(tree(web)) - web_cpu, cpu_seconds(postgres_processes(data_dir)) - pg_cpu
+            expected_runs = per_client * args.clients
+            headers = {"Authorization": f"Bearer {key}"}
+            while True:
+                listing = requests.get(
+                    f"{base}/api/v1/projects/bench/agent/runs/", headers=headers, params={"page_size": 1}, timeout=30
+                ).json()
+                export = requests.get(f"{base}/api/v1/projects/bench/agent/runs/export/", headers=headers, timeout=120)
+                readable = sum(1 for line in export.iter_lines() if line)
+                if readable >= expected_runs and listing["results"]:
                     break
-            except requests.ConnectionError:
-                time.sleep(0.1)
-        per_client = args.traces // args.clients // TRACES_PER_REQUEST * TRACES_PER_REQUEST
-        results = multiprocessing.Queue()
-        workers = [
-            multiprocessing.Process(
-                target=client, args=(f"{base}/api/v1/otlp/v1/traces", key, c * per_client, per_client, results)
-            )
-            for c in range(args.clients)
-        ]
-        for worker in workers:
-            worker.start()
-        outcomes = [results.get() for _ in workers]
-        for worker in workers:
-            worker.join()
-        accepted = sum(o[0] for o in outcomes)
-        failed = sum(o[1] for o in outcomes)
-        wall = max(o[2] for o in outcomes)
-        done_at = max(o[3] for o in outcomes)
-        expected_runs = per_client * args.clients
-        headers = {"Authorization": f"Bearer {key}"}
-        while True:
-            listing = requests.get(
-                f"{base}/api/v1/projects/bench/agent/runs/", headers=headers, params={"page_size": 1}, timeout=30
-            ).json()
-            count_response = requests.get(
-                f"{base}/api/v1/projects/bench/agent/runs/export/", headers=headers, timeout=120
-            )
-            readable = sum(1 for line in count_response.iter_lines() if line)
-            if readable >= expected_runs and listing["results"]:
-                break
-            time.sleep(0.2)
-        readable_after = time.perf_counter() - done_at
-        print(
-            f"clients: {args.clients}, web workers: {args.workers}, traces: {expected_runs:,} "
-            f"({accepted + failed:,} spans, {TRACES_PER_REQUEST * SPANS_PER_TRACE} spans per request)"
-        )
-        print(f"accepted: {accepted:,} spans in {wall:.2f} s = {accepted / wall:,.0f} spans/s; failed: {failed:,}")
-        print(f"all {expected_runs:,} runs readable through the API {readable_after:.2f} s after the last response")
-    finally:
-        for process in (server, holder):
-            if process is not None:
-                # SIGINT, not SIGTERM: Python then runs its exit hooks, and the last
-                # process using the embedded servers stops them.
-                process.send_signal(signal.SIGINT)
-                process.wait(timeout=60)
-        shutil.rmtree(data_dir, ignore_errors=True)
+                time.sleep(0.2)
+            readable_wall = time.perf_counter() - started
+            sampler.running = False
+            sampler.join()
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+            log.close()
+            errors = [line for line in (Path(data_dir) / "web.log").read_text().splitlines() if "ERROR" in line]
+            if errors:
+                print("the web server logged errors:", *errors[:20], sep="\n")
+
+        with dangerously_unscoped("benchmark"):
+            project = Project.objects.select_related("organization").get(organization__slug="bench", slug="agent")
+        stages = stage_breakdown(project, data_dir)
+        rows, copy_seconds = copy_limit(accepted)
+
+    spans = accepted + failed
+    rate = accepted / readable_wall
+    copy_rate = rows / copy_seconds
+    profiled = PROFILED_REQUESTS * TRACES_PER_REQUEST * SPANS_PER_TRACE
+    print(
+        f"clients: {args.clients}, web processes: {workers} ({available_cores()} cores), traces: {expected_runs:,} "
+        f"({spans:,} spans, {TRACES_PER_REQUEST * SPANS_PER_TRACE} spans per request)"
+    )
+    print(f"accepted: {accepted:,} spans, failed: {failed:,}; answered in {answered:.2f} s")
+    print(f"accepted and readable through the API: {readable_wall:.2f} s = {rate:,.0f} spans/s")
+    print(
+        f"COPY limit, same run: {rows:,} step rows in {copy_seconds:.2f} s = {copy_rate:,.0f} rows/s; "
+        f"ingestion is {rate / copy_rate:.0%} of it"
+    )
+    verdict = "under" if sampler.peak < RSS_LIMIT_MB * 2**20 else "OVER"
+    print(
+        f"web RSS peak: {sampler.peak / 2**20:.0f} MB per process ({verdict} {RSS_LIMIT_MB} MB), "
+        f"{sampler.peak_total / 2**20:.0f} MB for all {workers + (workers > 1)} web processes"
+    )
+    per_span = 1e6 / accepted
+    cores = available_cores()
+    print(
+        f"CPU per span over the HTTP run: web {web_cpu * per_span:.0f} us, PostgreSQL {pg_cpu * per_span:.0f} us, "
+        f"clients {client_cpu * per_span:.0f} us (wall {readable_wall * per_span:.0f} us x {cores} cores "
+        f"= {readable_wall * cores * per_span:.0f} us of CPU available)"
+    )
+    used = (web_cpu + pg_cpu + client_cpu) * per_span
+    print(
+        f"CPU-bound capacity of this machine: {cores} cores / {used:.0f} us of CPU per span = "
+        f"{cores * 1e6 / used:,.0f} spans/s (what the wall clock shows when nothing else runs)"
+    )
+    print(f"where the web's CPU goes, per span ({PROFILED_REQUESTS} requests re-sent in-process):")
+    for name, (python, postgres) in stages.items():
+        print(f"  {name:<7} Python {python / profiled * 1e6:6.1f} us   PostgreSQL {postgres / profiled * 1e6:6.1f} us")
+    rest = web_cpu * per_span - sum(python for python, _ in stages.values()) / profiled * 1e6
+    print(f"  HTTP, authentication and the rest (the web's CPU minus the stages' Python): {rest:.1f} us")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ def _insert_runs_sql() -> str:
     _, columns = _run_columns()
     new_fields = [f for f in Run._meta.concrete_fields if not f.primary_key]
     given = {"organization_id": "%(organization_id)s", "project_id": "%(project_id)s", "trace_id": "batch.trace_id"}
+    given["api_key_id"] = "%(api_key_id)s::bigint"
     given |= {"created_at": "%(now)s::timestamptz", "updated_at": "%(now)s::timestamptz"}
     values = []
     for f in new_fields:
@@ -88,11 +89,13 @@ def _insert_runs_sql() -> str:
         """  # noqa: S608 - names are quoted constants, defaults quoted literals
 
 
-def _lock_runs(project, trace_ids: list[str], now) -> tuple[list[Run], list[Run]]:
+def _lock_runs(project, trace_ids: list[str], now, api_key=None) -> tuple[list[Run], list[Run]]:
     """Lock the runs of ``trace_ids`` and the sub-agent runs waiting for one of them as
-    their parent, then create the runs that do not exist yet. Returns (created, locked)."""
+    their parent, then create the runs that do not exist yet (recording ``api_key`` on
+    them). Returns (created, locked)."""
     _, columns = _run_columns()
     params = {"organization_id": project.organization_id, "project_id": project.pk, "now": now}
+    api_key_id = api_key.pk if api_key is not None else None
     with connection.cursor() as cursor:
         # Every lock a batch needs on existing runs, in one statement in id order. The
         # sub-agent runs waiting for one of these runs as their parent are locked too:
@@ -112,7 +115,7 @@ def _lock_runs(project, trace_ids: list[str], now) -> tuple[list[Run], list[Run]
         # New runs are this batch's own until it commits: another batch creating one of
         # them too waits at its INSERT for this one to commit, and this one never waits
         # for the runs that batch has locked (it writes only runs it locked or created).
-        cursor.execute(_insert_runs_sql(), {**params, "trace_ids": missing})
+        cursor.execute(_insert_runs_sql(), {**params, "trace_ids": missing, "api_key_id": api_key_id})
         created = _runs_from_rows(cursor.fetchall())
         inserted = {run.trace_id for run in created}
         raced = [t for t in missing if t not in inserted]
@@ -129,10 +132,11 @@ def _lock_runs(project, trace_ids: list[str], now) -> tuple[list[Run], list[Run]
     return created, locked
 
 
-def upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor, now) -> UpsertedRuns:
+def upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor, now, api_key=None) -> UpsertedRuns:
     """Lock (or create) the runs of ``trace_ids`` and merge what the events say. Their
-    ``updated_at`` is left to recompute_run_totals(), which writes every run anyway."""
-    created, locked = _lock_runs(project, trace_ids, now)
+    ``updated_at`` is left to recompute_run_totals(), which writes every run anyway. The
+    runs created record ``api_key``, the key that sent them (the ledger counts spend by key)."""
+    created, locked = _lock_runs(project, trace_ids, now, api_key)
     batch_traces = set(trace_ids)
     run_by_trace, waiting_children = {}, []
     for run in created + locked:

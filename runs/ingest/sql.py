@@ -1,9 +1,12 @@
 """How rows reach PostgreSQL: one upsert per table, keyed by the client-visible id.
 
 A few rows (the executor's batches) go as one multi-row INSERT for every table at once;
-many go through COPY into a temporary table. Statements are built once per process
-(cached), so psycopg prepares them once. Values are made storable on the way: JSON as
-``Jsonb``, text cleaned of what PostgreSQL refuses (``runs.events``' cleaners).
+many go through COPY into a temporary table, then one INSERT ... ON CONFLICT. Rows of
+runs the batch itself created cannot conflict with anything (``copy_new``): they go by
+COPY straight into their table, PostgreSQL's fastest way in. Statements are built once
+per process (cached), so psycopg prepares them once. Values are made storable on the
+way: JSON as ``Jsonb``, text cleaned of what PostgreSQL refuses (``runs.events``'
+cleaners).
 """
 
 from __future__ import annotations
@@ -93,6 +96,63 @@ def upsert_sql(model, unique_fields: tuple[str, ...], update_fields: tuple[str, 
     )
 
 
+def _json_value(value: Any) -> Any:
+    return None if value is None else Jsonb(value, dumps=_jsonb_text)
+
+
+def _json_copy_text(value: Any) -> str | None:
+    """A JSON column's value as COPY takes it: its text (PostgreSQL parses it as jsonb),
+    without psycopg's Jsonb wrapper around the same encoding."""
+    return None if value is None else _jsonb_text(value)
+
+
+def _text_value(value: Any) -> Any:
+    # The common case first: text with nothing PostgreSQL refuses.
+    if value.__class__ is str and value.isascii() and "\x00" not in value:
+        return value
+    return storable(value, False)
+
+
+def _row_writer(sql: UpsertSQL, *, copy: bool = False):
+    """A function of a row (a dict by attribute name) to its storable values in the order
+    of ``sql.fields`` (``storable``'s, for ``copy`` with JSON as text); fields a row lacks
+    take their default. Only text and JSON columns are looked at: numbers, times and ids
+    go as they are."""
+    json_value = _json_copy_text if copy else _json_value
+    columns = []
+    for f in sql.fields:
+        if isinstance(f, JSONField):
+            convert = json_value
+        elif f.get_internal_type() in ("CharField", "TextField", "SlugField", "ArrayField"):
+            convert = _text_value
+        else:
+            convert = None
+        columns.append((f.attname, f.get_default(), convert))
+
+    def values_of(row: dict) -> list:
+        get = row.get
+        return [
+            value if convert is None or value is None else convert(value)
+            for name, default, convert in columns
+            for value in (get(name, default),)
+        ]
+
+    return values_of
+
+
+def copy_new(upsert: Upsert) -> None:
+    """Write rows that cannot exist yet, by COPY straight into their table: those of
+    runs this transaction created, which no other transaction sees until it commits (and
+    ``ingest()`` keeps one row per key). Their ids are the table's to assign."""
+    if not upsert.rows:
+        return
+    sql = upsert_sql(upsert.model, upsert.unique_fields, upsert.update_fields)
+    values_of = _row_writer(sql, copy=True)
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {sql.table} ({sql.columns}) FROM STDIN") as copy:
+        for row in upsert.rows:
+            copy.write_row(values_of(row))
+
+
 def copy_upsert(*upserts: Upsert) -> None:
     """Write ``upserts``. Many rows go through COPY into a temporary table and one INSERT
     ... ON CONFLICT DO UPDATE: the fastest way PostgreSQL takes many rows of large JSON
@@ -108,16 +168,9 @@ def copy_upsert(*upserts: Upsert) -> None:
             if not upsert.rows:
                 continue
             sql = upsert_sql(upsert.model, upsert.unique_fields, upsert.update_fields)
-            defaults = {f.attname: f.get_default() for f in sql.fields}
-            json_columns = [isinstance(f, JSONField) for f in sql.fields]
-
-            def values_of(row: dict, sql=sql, defaults=defaults, json_columns=json_columns) -> list:
-                return [
-                    storable(row.get(f.attname, defaults[f.attname]), json_column)
-                    for f, json_column in zip(sql.fields, json_columns, strict=True)
-                ]
-
-            if len(upsert.rows) <= SMALL_UPSERT_ROWS:
+            small_rows = len(upsert.rows) <= SMALL_UPSERT_ROWS
+            values_of = _row_writer(sql, copy=not small_rows)
+            if small_rows:
                 placeholders = "(" + ", ".join(["%s"] * len(sql.fields)) + ")"
                 small.append(
                     f"INSERT INTO {sql.table} ({sql.columns}) "  # noqa: S608 - names are quoted constants

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agentops.models import Project
@@ -21,10 +21,9 @@ from billing.ledger import ledger_mark
 from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
 from runs.ingest.item_rows import messages_upsert, snapshots_upsert, steps_upsert, tool_calls_upsert
 from runs.ingest.run_rows import link_parent_runs, upsert_runs
-from runs.ingest.sql import copy_upsert
+from runs.ingest.sql import SMALL_UPSERT_ROWS, Upsert, copy_new, copy_upsert
 from runs.ingest.totals import recompute_run_totals
 from runs.live import announce_runs_ingested
-from runs.models import Run
 from runs.services.redaction import Redactor, redactor_for
 
 
@@ -42,6 +41,45 @@ def _last_wins(items: Iterable, key) -> list:
     """Keep the last item of each key: one batch may repeat an id, and PostgreSQL
     refuses to upsert the same row twice in one statement."""
     return list({key(item): item for item in items}.values())
+
+
+def _split(upsert: Upsert, run_ids: set[int]) -> tuple[Upsert, Upsert]:
+    """(the rows of ``run_ids``, the others) of ``upsert``."""
+    new, other = [], []
+    for row in upsert.rows:
+        (new if row["run_id"] in run_ids else other).append(row)
+    return (
+        Upsert(upsert.model, new, upsert.unique_fields, upsert.update_fields),
+        Upsert(upsert.model, other, upsert.unique_fields, upsert.update_fields),
+    )
+
+
+def _write_rows(upserts: tuple[Upsert, ...], created: set[int]) -> None:
+    """Write the rows of steps, messages, tool calls and snapshots (in that order).
+
+    The rows of runs this batch created (most of an OTLP export's: a trace usually comes
+    whole) go by COPY straight into their tables, and their items carry their step's id
+    from the start: looked up once after the steps, instead of each item row written a
+    second time by the link in recompute_run_totals(). The rest, and a handful of rows
+    (one statement is cheaper than a COPY per table), go through ``copy_upsert``."""
+    steps, *items = upserts
+    if created:
+        new, other = zip(*(_split(upsert, created) for upsert in upserts), strict=True)
+    if not created or sum(len(upsert.rows) for upsert in new) <= SMALL_UPSERT_ROWS:
+        copy_upsert(*upserts)
+        return
+    new_steps, *new_items = new
+    copy_new(new_steps)
+    if new_steps.rows and any(upsert.rows for upsert in new_items):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT run_id, span_id, id FROM runs_step WHERE run_id = ANY(%s)", [sorted(created)])
+            step_ids = {(run_id, span_id): pk for run_id, span_id, pk in cursor.fetchall()}
+        for upsert in new_items:
+            for row in upsert.rows:
+                row["step_id"] = step_ids.get((row["run_id"], row["span_id"]))
+    for upsert in new_items:
+        copy_new(upsert)
+    copy_upsert(*other)
 
 
 def ingest(
@@ -90,7 +128,7 @@ def ingest(
     # let it fail theirs; the APIs, which answer 503 on a database error, and the
     # executor call ingest() outside one.
     with transaction.atomic(savepoint=False):
-        upserted = upsert_runs(project, trace_ids, runs, steps, redactor, now)
+        upserted = upsert_runs(project, trace_ids, runs, steps, redactor, now, api_key=api_key)
         run_by_trace = upserted.run_by_trace
         result.runs_created = [run_by_trace[t].pk for t in upserted.created]
         result.runs_touched = sorted(run.pk for run in run_by_trace.values())
@@ -100,7 +138,7 @@ def ingest(
             tool_calls_upsert(project, run_by_trace, tool_calls, redactor, now),
             snapshots_upsert(project, run_by_trace, snapshots, redactor, now),
         )
-        copy_upsert(*upserts)
+        _write_rows(upserts, set(result.runs_created))
         result.steps, result.messages, result.tool_calls, result.snapshots = (len(u.rows) for u in upserts)
         link_parent_runs(project, list(run_by_trace.values()), upserted.waiting_children)
         recompute_run_totals(
@@ -119,8 +157,6 @@ def ingest(
                 if steps or items
             ],
         )
-        if api_key is not None and result.runs_created:
-            Run.objects.filter(pk__in=result.runs_created, api_key__isnull=True).update(api_key=api_key)
         ledger_mark(organization_id=project.organization_id, run_ids=result.runs_touched)
         if announce:
             runs_changed = [{"id": pk, "new": pk in result.runs_created} for pk in result.runs_touched]

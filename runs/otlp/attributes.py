@@ -39,7 +39,9 @@ def any_value(value: AnyValue, depth: int = 0) -> Any:
     """An OTLP AnyValue as plain JSON (bytes as base64)."""
     kind = value.WhichOneof("value")
     if kind == "string_value":
-        return clean_text(value.string_value)
+        text = value.string_value
+        # The common case without a call: text with nothing PostgreSQL refuses.
+        return text if text.isascii() and "\x00" not in text else clean_text(text)
     if kind == "int_value":
         return value.int_value
     if kind == "bool_value":
@@ -60,13 +62,19 @@ def any_value(value: AnyValue, depth: int = 0) -> Any:
 
 def attributes_dict(attributes: Iterable[KeyValue]) -> dict[str, Any]:
     """OTLP attributes as one flat JSON object (a repeated key: the last wins)."""
-    return {clean_text(kv.key): any_value(kv.value) for kv in attributes}
+    return {
+        key if key.isascii() and "\x00" not in key else clean_text(key): any_value(kv.value)
+        for kv in attributes
+        for key in (kv.key,)
+    }
 
 
 def parse_json_text(value: Any, *, any_json: bool = False) -> Any:
     """A JSON document sent as a string attribute, parsed; the string itself when it is
     not JSON. Only objects and arrays are parsed unless ``any_json`` (so a plain text
     "42" or "true" stays text), and made storable the lossless way."""
+    if value.__class__ is not str:
+        return value  # absent, or not text: nothing to parse (json_from_text's answer too)
     parsed = json_from_text(value, any_json=any_json)
     return value if parsed is value else json_safe(parsed)
 
@@ -100,7 +108,10 @@ def first_value(attributes: dict, keys: Iterable[str]) -> Any:
 
 def first_text(attributes: dict, keys: Iterable[str], max_length: int) -> str:
     for key in keys:
-        text = text_value(attributes.get(key), max_length)
+        value = attributes.get(key)
+        if value is None:
+            continue
+        text = text_value(value, max_length)
         if text:
             return text
     return ""
@@ -128,8 +139,9 @@ def token_count(value: Any, name: str) -> int | None:
 def first_count(attributes: dict, keys: Iterable[str], fallback: Any = None, fallback_name: str = "") -> int | None:
     """The count of the first of ``keys`` present (else of ``fallback``)."""
     for key in keys:
-        if attributes.get(key) not in (None, ""):
-            return token_count(attributes[key], key)
+        value = attributes.get(key)
+        if value is not None and value != "":
+            return token_count(value, key)
     return token_count(fallback, fallback_name)
 
 

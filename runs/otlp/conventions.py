@@ -24,6 +24,7 @@ from runs.otlp.partial_success import InvalidItem
 MAX_TAGS = 50
 
 LLM, CUSTOM = Step.Kind.LLM.value, Step.Kind.CUSTOM.value
+STEP_KINDS = frozenset(Step.Kind.values)
 
 OPENINFERENCE_KINDS = {
     "LLM": "llm",
@@ -108,6 +109,9 @@ MODALITY_KEYS = {
     }
     for direction, details in (("input", "prompt"), ("output", "completion"))
 }
+_ALL_MODALITY_KEYS = frozenset(
+    key for keys_by_modality in MODALITY_KEYS.values() for keys in keys_by_modality.values() for key in keys
+)
 # A cost the client reports: gen_ai.usage.cost.{amount,currency,source} (merged, not yet
 # released), or one gen_ai.usage.cost (a number, or an object with those keys).
 COST_KEY = "gen_ai.usage.cost"
@@ -127,7 +131,7 @@ def span_kind(attributes: dict) -> str:
     """The step kind. Each vocabulary is asked in turn; one that only says "generic"
     (OpenInference UNKNOWN, a Langfuse span...) lets the next one decide."""
     explicit = text_value(attributes.get("agentops.span.kind"), 16).lower()
-    if explicit in Step.Kind.values:
+    if explicit in STEP_KINDS:
         return explicit
     for key, table, normalise in (
         ("openinference.span.kind", OPENINFERENCE_KINDS, str.upper),
@@ -164,7 +168,7 @@ def usage(attributes: dict) -> dict[str, Any]:
         attributes, REASONING_TOKEN_KEYS, first_value(details, USAGE_DETAILS_REASONING_KEYS), f"{langfuse} (reasoning)"
     )
     modality_tokens: dict[str, dict[str, int]] = {}
-    for direction, keys_by_modality in MODALITY_KEYS.items():
+    for direction, keys_by_modality in MODALITY_KEYS.items() if not _ALL_MODALITY_KEYS.isdisjoint(attributes) else ():
         for modality, keys in keys_by_modality.items():
             count = first_count(attributes, keys)
             if count is not None:

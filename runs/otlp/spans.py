@@ -39,6 +39,10 @@ from runs.otlp.conventions import (
 from runs.otlp.messages import message_event, span_messages
 from runs.otlp.partial_success import UNREADABLE, InvalidItem, MappedBatch
 
+# Plain strings: an enum member looked up on its class costs a descriptor call, per span.
+ERROR, OK, UNSET = Step.Status.ERROR.value, Step.Status.OK.value, Step.Status.UNSET.value
+TOOL, MEMORY = Step.Kind.TOOL.value, Step.Kind.MEMORY.value
+
 
 @dataclass
 class SpanEvents:
@@ -53,16 +57,16 @@ def span_status(span: Span, attributes: dict) -> tuple[str, str]:
     exception events (type, message and stack trace)."""
     errors: list[str] = []
     if span.status.code == Status.STATUS_CODE_ERROR:
-        status = Step.Status.ERROR.value
+        status = ERROR
         if span.status.message:
             errors.append(clean_text(span.status.message))
     elif span.status.code == Status.STATUS_CODE_OK:
-        status = Step.Status.OK.value
+        status = OK
     else:
-        status = Step.Status.UNSET.value
+        status = UNSET
     if text_value(attributes.get("langfuse.observation.level"), 20).upper() == "ERROR":
-        if status == Step.Status.UNSET:
-            status = Step.Status.ERROR.value
+        if status == UNSET:
+            status = ERROR
         message = text_value(attributes.get("langfuse.observation.status_message"), 100_000)
         if message:
             errors.append(message)
@@ -162,7 +166,7 @@ def map_span(span: Span, resource: dict) -> SpanEvents:
             message_event(trace_id, span_id, f"{span_id}:out:{index}", position(end_nanos, 500 + index), message)
         )
 
-    if kind == Step.Kind.TOOL:
+    if kind == TOOL:
         tool_call_id = first_text(attributes, ("gen_ai.tool.call.id",), 200)
         tool_name = first_text(attributes, ("gen_ai.tool.name", "tool.name"), 200) or name[:200] or "tool"
         # The tool's answer is a message of the conversation (what the model reads next):
@@ -193,7 +197,7 @@ def map_span(span: Span, resource: dict) -> SpanEvents:
                 span_id=span_id,
                 arguments=input_payload,
                 result=output_payload,
-                error=error if status == Step.Status.ERROR else "",
+                error=error if status == ERROR else "",
                 latency_ms=(
                     max((ended_at - started_at).total_seconds() * 1000, 0.0) if started_at and ended_at else None
                 ),
@@ -202,7 +206,7 @@ def map_span(span: Span, resource: dict) -> SpanEvents:
         )
 
     state = parse_json_text(attributes.get("agentops.memory"), any_json=True)
-    if state is None and kind == Step.Kind.MEMORY:
+    if state is None and kind == MEMORY:
         state = output_payload
     if state is not None:
         result.snapshots.append(

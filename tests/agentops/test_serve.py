@@ -14,6 +14,7 @@ import time
 import psutil
 import pytest
 
+from agentops.management.commands.serve import available_cores
 from tests.worker_process import ROOT, worker_environment
 
 START_TIMEOUT_SECONDS = 120
@@ -92,7 +93,7 @@ def test_serve_restarts_a_killed_worker_and_stops_on_sigterm(db, tmp_path):
         process.wait(timeout=10)
 
 
-def test_serve_runs_the_web_server_with_the_lifespan_the_mcp_server_needs(
+def test_serve_runs_the_web_server_with_the_lifespan_the_mcp_server_needs_in_a_process_per_core(
     transactional_db, tenant, make_api_key, tmp_path
 ):
     import httpx
@@ -135,6 +136,12 @@ def test_serve_runs_the_web_server_with_the_lifespan_the_mcp_server_needs(
         # With --lifespan off the session manager never starts and /mcp answers 503.
         assert response.status_code == 200, response.text
         assert response.json()["result"]["serverInfo"]["name"] == "agentops"
+        # One web process per core the machine gives serve (uvicorn's workers, under its
+        # supervisor; a single process serves alone): a request's Python holds its process.
+        web = _child(psutil.Process(process.pid), "web")
+        workers = [child for child in web.children() if "spawn_main" in " ".join(child.cmdline())]
+        cores = available_cores()
+        assert len(workers) == (cores if cores > 1 else 0)
     finally:
         process.send_signal(signal.SIGTERM)
         try:

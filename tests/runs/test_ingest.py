@@ -421,6 +421,45 @@ def test_a_small_batch_for_a_known_run_takes_four_statements(project, django_ass
         assert Run.objects.get().llm_call_count == 2
 
 
+def test_a_large_batch_of_new_traces_takes_eight_statements_whatever_its_size(
+    project, make_api_key, django_assert_max_num_queries
+):
+    """An OTLP export of new traces: lock and create the runs; merge what the root spans
+    say about them (a temporary table: create, empty, write); look up the new steps' ids
+    for their messages and tool calls; recompute the runs; mark them for the usage
+    ledger. The steps, messages and tool calls themselves go by COPY (no statement of
+    their own, no second write to link them)."""
+    key, _ = make_api_key(project)
+    steps, messages, calls = [], [], []
+    for trace in range(40):
+        trace_id = f"t{trace}"
+        steps += _trace(trace_id)
+        messages.append(MessageEvent(trace_id=trace_id, message_id="m1", position=1, role="user", span_id="llm1"))
+        calls.append(ToolCallEvent(trace_id=trace_id, call_id="c1", tool_name="search", span_id="tool1"))
+    with _scope(project):
+        # The prices are read once and kept: read them first.
+        ingest(project=project, steps=_trace("warm-up"), redactor=NO_REDACTION, announce=False)
+        with django_assert_max_num_queries(8):
+            result = ingest(
+                project=project,
+                steps=steps,
+                messages=messages,
+                tool_calls=calls,
+                redactor=NO_REDACTION,
+                api_key=key,
+                announce=False,
+            )
+        assert (len(result.runs_created), result.steps, result.messages, result.tool_calls) == (40, 120, 40, 40)
+        runs = list(Run.objects.exclude(trace_id="warm-up"))
+        assert len(runs) == 40 and {run.api_key_id for run in runs} == {key.pk}
+        assert {(run.step_count, run.llm_call_count, run.agent_name, run.session_id) for run in runs} == {
+            (3, 1, "support", "s-1")
+        }
+        assert Step.objects.filter(run__in=runs).count() == 120
+        assert all(m.step.span_id == "llm1" and m.step.run_id == m.run_id for m in Message.objects.all())
+        assert all(c.step.span_id == "tool1" and c.step.run_id == c.run_id for c in ToolCall.objects.all())
+
+
 def test_a_run_created_by_a_concurrent_batch_is_locked_and_updated(transactional_db, tenant):
     """Batch 2 starts while batch 1, which creates the run, has not committed: batch 2
     finds no run to lock, its INSERT waits for batch 1 to commit, and it locks the run then."""

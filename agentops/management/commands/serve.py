@@ -16,6 +16,36 @@ from agentops.services.demo import demo_seed
 from agentops.supervisor import Supervisor
 
 
+def available_cores() -> int:
+    """The cores this process may run on (a container's or a taskset's share, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def web_command(python: str, host: str, port: str, workers: int) -> list[str]:
+    """The web server as ``serve`` starts it (bench/ingest_otlp.py starts the same): uvicorn
+    with one process per core by default, since a request's Python work holds its process
+    and a single process would leave the other cores to PostgreSQL alone."""
+    return [
+        python,
+        "-m",
+        "uvicorn",
+        "agentops.asgi:application",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        # The MCP server's session manager starts in the ASGI lifespan (agentops/asgi.py).
+        "--lifespan",
+        "on",
+        "--no-access-log",
+    ]
+
+
 class Command(BaseCommand):
     help = "Migrate, optionally seed demo data, then keep web server, worker and beat running until Ctrl-C."
 
@@ -24,8 +54,14 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", default=os.environ.get("PORT", "8000"))
         parser.add_argument("--concurrency", default=os.environ.get("CELERY_CONCURRENCY", "2"))
+        parser.add_argument(
+            "--web-workers",
+            type=int,
+            default=int(os.environ.get("WEB_CONCURRENCY") or available_cores()),
+            help="Web server processes (default: WEB_CONCURRENCY, else one per available core)",
+        )
 
-    def handle(self, *args, demo, host, port, concurrency, **options):
+    def handle(self, *args, demo, host, port, concurrency, web_workers, **options):
         call_command("migrate", interactive=False, verbosity=0)
         if not settings.DEBUG:
             call_command("collectstatic", interactive=False, verbosity=0)
@@ -40,20 +76,7 @@ class Command(BaseCommand):
         os.environ["HOST"], os.environ["PORT"] = host, str(port)
         python = sys.executable
         commands = {
-            "web": [
-                python,
-                "-m",
-                "uvicorn",
-                "agentops.asgi:application",
-                "--host",
-                host,
-                "--port",
-                str(port),
-                # The MCP server's session manager starts in the ASGI lifespan (agentops/asgi.py).
-                "--lifespan",
-                "on",
-                "--no-access-log",
-            ],
+            "web": web_command(python, host, port, max(1, web_workers)),
             "worker": [
                 python,
                 "-m",
