@@ -22,6 +22,7 @@ ledger days then end on the day it was loaded).
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 from datetime import UTC, datetime, timedelta
@@ -169,6 +170,8 @@ def run(args) -> None:
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
     override_settings(STORAGES=storages).enable()
+    averages = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"load average {averages} on {os.cpu_count()} cores (wall times grow with it)")
     print(f"{'what':<34}{'p50 ms':>10}{'p95 ms':>10}   goal p95 < {GOAL_MS} ms")
     worst = 0.0
     for period in ("30d", "90d", "month"):
