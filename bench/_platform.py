@@ -43,10 +43,17 @@ def production_env(data_dir: str, **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def private_platform(**extra_env: str) -> Iterator[dict[str, str]]:
+def private_platform(data_dir: str | None = None, **extra_env: str) -> Iterator[dict[str, str]]:
     """Set up Django in this process on private embedded servers, migrated; yield the
-    environment (for subprocesses); stop the servers and delete their folder afterwards."""
-    data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
+    environment (for subprocesses); stop the servers and delete their folder afterwards.
+    With ``data_dir`` the servers live in that folder and it is kept, so a benchmark
+    can reuse the data it built (migrations new since then are applied to it)."""
+    keep = data_dir is not None
+    if keep:
+        data_dir = str(Path(data_dir).resolve())
+        Path(data_dir).mkdir(parents=True, exist_ok=True)
+    else:
+        data_dir = tempfile.mkdtemp(prefix="agentops-bench-")
     env = production_env(data_dir, **extra_env)
     os.environ.clear()
     os.environ.update(env)
@@ -66,7 +73,8 @@ def private_platform(**extra_env: str) -> Iterator[dict[str, str]]:
 
             connections.close_all()
             release_all()  # stop the private servers before their folder goes
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def bench_project():

@@ -8,17 +8,21 @@ Then times, for each period (last 30 days, last 90 days, this month):
   - the page's queries (totals, spend table, the chart (by model), the
     top 10 runs, the budgets' progress, the alerts), called as the view calls them,
   - the whole page (GET /o/<org>/billing/ through the Django test client, as an owner).
-Prints p50/p95 of each against the goal (queries p95 < 300 ms).
+Prints p50/p95 of each against the goal of issue 19 (queries p95 < 100 ms).
 
 bench/ledger_build.py (the ledger's own benchmark) builds its 1M steps through ingest;
 this one writes the ledger rows directly so it runs in a minute.
 
-    .venv/bin/python bench/billing_page.py [--runs 125000] [--repeat 30]
+With ``--data-dir DIR`` the data is kept in DIR and reused by the next run (its
+ledger days then end on the day it was loaded).
+
+    .venv/bin/python bench/billing_page.py [--runs 125000] [--repeat 30] [--data-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 from datetime import UTC, datetime, timedelta
@@ -26,7 +30,7 @@ from decimal import Decimal
 
 from _platform import percentile, private_platform, timed
 
-GOAL_MS = 300
+GOAL_MS = 100
 PROJECTS, MODELS, AGENTS, DAYS = 20, 10, 3, 365
 
 
@@ -48,10 +52,12 @@ def load(organization, owner, runs: int) -> None:
         cursor.execute(
             """
             INSERT INTO billing_usagedaily (organization_id, project_id, day, agent_name, model, api_key_id,
-                end_user_id, input_tokens, cached_input_tokens, output_tokens, cost, steps, unpriced_steps)
+                end_user_id, input_tokens, cached_input_tokens, output_tokens, cost, steps, unpriced_steps,
+                category, unit, reported_cost, reported_computed_cost)
             SELECT %s, p.id, %s::date - d, 'agent-' || a, 'model-' || m, NULL, '',
                    (random() * 20000)::bigint, 0, (random() * 2000)::bigint,
-                   round((random() * 0.2)::numeric, 9), (random() * 9)::bigint + 1, (random() < 0.01)::int
+                   round((random() * 0.2)::numeric, 9), (random() * 9)::bigint + 1, (random() < 0.01)::int,
+                   'llm', 'token', 0, 0
               FROM unnest(%s::bigint[]) AS p(id), generate_series(0, %s) AS d,
                    generate_series(1, %s) AS m, generate_series(1, %s) AS a
             """,
@@ -91,8 +97,10 @@ def load(organization, owner, runs: int) -> None:
             organization=organization, name=f"{scope} cap", scope=scope, project=project, amount=Decimal("1000")
         )
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE billing_usagedaily")
-        cursor.execute("ANALYZE runs_run")
+        # As autovacuum leaves a table that stopped changing: statistics and the
+        # visibility map (which index-only scans need) up to date.
+        cursor.execute("VACUUM ANALYZE billing_usagedaily")
+        cursor.execute("VACUUM ANALYZE runs_run")
     print(f"runs: {runs:,} over {DAYS} days")
 
 
@@ -115,8 +123,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=125_000)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--data-dir", help="keep the data here and reuse it on the next run")
     args = parser.parse_args()
-    with private_platform(ALLOWED_HOSTS="testserver,localhost,127.0.0.1"):
+    with private_platform(args.data_dir, ALLOWED_HOSTS="testserver,localhost,127.0.0.1"):
         run(args)
 
 
@@ -128,12 +137,17 @@ def run(args) -> None:
     from agentops.roles import Role
     from agentops.scoping import organization_scope
 
-    organization = Organization.objects.create(name="Bench", slug="bench")
-    owner = get_user_model().objects.create_user(username="owner", email="owner@bench.example.com")
-    Membership.dangerously_unscoped_objects.create(organization=organization, user=owner, role=Role.OWNER)
-    started = time.perf_counter()
-    load(organization, owner, args.runs)
-    print(f"loaded in {time.perf_counter() - started:.0f} s")
+    organization = Organization.objects.filter(slug="bench").first()
+    if organization is None:
+        organization = Organization.objects.create(name="Bench", slug="bench")
+        owner = get_user_model().objects.create_user(username="owner", email="owner@bench.example.com")
+        Membership.dangerously_unscoped_objects.create(organization=organization, user=owner, role=Role.OWNER)
+        started = time.perf_counter()
+        load(organization, owner, args.runs)
+        print(f"loaded in {time.perf_counter() - started:.0f} s")
+    else:
+        owner = get_user_model().objects.get(username="owner")
+        print(f"reusing the data in {args.data_dir}")
     client = Client()
     client.force_login(owner)
     # Production settings expect collected static files (a manifest); the benchmark
@@ -146,6 +160,8 @@ def run(args) -> None:
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
     override_settings(STORAGES=storages).enable()
+    averages = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"load average {averages} on {os.cpu_count()} cores (wall times grow with it)")
     print(f"{'what':<34}{'p50 ms':>10}{'p95 ms':>10}   goal p95 < {GOAL_MS} ms")
     worst = 0.0
     for period in ("30d", "90d", "month"):

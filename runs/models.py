@@ -115,6 +115,26 @@ class Run(TenantModel):
             models.Index(fields=["project", "status", "-started_at"], name="run_project_status"),
             models.Index(fields=["project", "session_id", "started_at"], name="run_project_session"),
             models.Index(fields=["project", "-created_at", "-id"], name="run_project_created"),
+            # The dashboard's aggregates over a time range, read from this index alone
+            # (an index-only scan) rather than from the runs' rows with their payloads.
+            models.Index(
+                fields=["project", "started_at"],
+                include=[
+                    "organization",
+                    "status",
+                    "latency_ms",
+                    "input_tokens",
+                    "output_tokens",
+                    "total_cost",
+                    "unpriced_step_count",
+                ],
+                name="run_project_started_totals",
+            ),
+            # The billing page's most expensive runs of a period: the costliest first,
+            # read until enough started in the period (an index-only scan).
+            models.Index(
+                fields=["organization", "-total_cost", "-id"], include=["started_at"], name="run_organization_cost"
+            ),
             # Sub-agent runs waiting for their parent run (ingest links them when it arrives).
             models.Index(
                 fields=["project", "parent_trace_id"],
@@ -227,6 +247,29 @@ class Step(TenantModel):
     def reported_cost_differs(self) -> bool:
         """The reported cost differs from the computed one by more than the tolerance."""
         return costs_differ(self.cost, self.reported_cost)
+
+
+class LlmHourly(TenantModel):
+    """LLM calls (steps of kind ``llm`` with a model and a start time) per project, UTC
+    hour and model: how many, how many priced and their cost. The dashboard's "cost by
+    model" reads whole hours from here instead of scanning the steps.
+
+    PostgreSQL keeps it exact: statement triggers on ``runs_step`` (migration 0015) add
+    every inserted step, subtract every deleted one and apply the difference of every
+    update (ingestion, cost recomputes, retention, deletion alike). A trigger adds to a
+    row of the key that no other transaction holds (``FOR UPDATE SKIP LOCKED``) or
+    inserts one, so concurrent ingestion never waits on it: a key has as many rows as
+    writers ever held it at once, and readers sum them."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    hour = models.DateTimeField()
+    model = models.CharField(max_length=200)
+    calls = models.BigIntegerField(default=0)
+    priced_calls = models.BigIntegerField(default=0, help_text="Calls with a cost (an unpriced call has none).")
+    cost = models.DecimalField(default=0, max_digits=24, decimal_places=9)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "hour"], name="llm_hourly_project_hour")]
 
 
 class Message(TenantModel):

@@ -7,16 +7,27 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.contrib.postgres.search import SearchQuery
-from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, Sum
+from django.db.models import Aggregate, Avg, Count, FloatField, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 
 from agentops.errors import NotFound
-from runs.models import Agent, MemorySnapshot, Message, Run, Session, SessionMessage, Step, StreamEvent, ToolCall
+from runs.models import (
+    Agent,
+    LlmHourly,
+    MemorySnapshot,
+    Message,
+    Run,
+    Session,
+    SessionMessage,
+    Step,
+    StreamEvent,
+    ToolCall,
+)
 
 SORTABLE = {
     "started_at": ("started_at", "id"),
@@ -267,61 +278,102 @@ def agent_session_events(*, session: Session, upto: int, run_id: int | None = No
     return events.order_by("seq")
 
 
+class PercentileCont(Aggregate):
+    """``percentile_cont(fraction) WITHIN GROUP (ORDER BY expression)``: a percentile
+    computed in PostgreSQL (NULLs left out), beside the other aggregates of one scan."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression, fraction: float, **extra):
+        super().__init__(expression, fraction=float(fraction), **extra)
+
+
 def dashboard(*, project, start: datetime, end: datetime) -> dict[str, Any]:
     """The project's aggregates between ``start`` and ``end``, and series over time
-    (hourly up to two days, daily beyond)."""
+    (hourly up to two days, daily beyond).
+
+    The runs' figures are read from one index (``run_project_started_totals``, an
+    index-only scan, hence counts of ``started_at``, never NULL in a range: the id is
+    not in it); LLM cost by model from the hourly rollup (``llm_cost_by_model``)."""
     runs = Run.objects.filter(project=project, started_at__gte=start, started_at__lt=end)
     totals = runs.aggregate(
-        runs=Count("id"),
-        succeeded=Count("id", filter=Q(status=Run.Status.SUCCEEDED)),
-        failed=Count("id", filter=Q(status=Run.Status.FAILED)),
+        runs=Count("started_at"),
+        succeeded=Count("started_at", filter=Q(status=Run.Status.SUCCEEDED)),
+        failed=Count("started_at", filter=Q(status=Run.Status.FAILED)),
         input_tokens=Sum("input_tokens"),
         output_tokens=Sum("output_tokens"),
         cost=Sum("total_cost"),
         unpriced_steps=Sum("unpriced_step_count"),
         avg_latency_ms=Avg("latency_ms"),
+        p50_latency_ms=PercentileCont("latency_ms", 0.5),
+        p95_latency_ms=PercentileCont("latency_ms", 0.95),
     )
     finished = (totals["succeeded"] or 0) + (totals["failed"] or 0)
     totals["success_rate"] = (totals["succeeded"] / finished) if finished else None
-    latency = _percentiles(runs, "latency_ms", (0.5, 0.95))
-    totals["p50_latency_ms"], totals["p95_latency_ms"] = latency
     bucket = TruncHour("started_at") if (end - start).total_seconds() <= 2 * 86400 else TruncDay("started_at")
     series = list(
         runs.annotate(bucket=bucket)
         .values("bucket")
         .annotate(
-            runs=Count("id"),
-            failed=Count("id", filter=Q(status=Run.Status.FAILED)),
+            runs=Count("started_at"),
+            failed=Count("started_at", filter=Q(status=Run.Status.FAILED)),
             cost=Sum("total_cost"),
             tokens=Sum("output_tokens") + Sum("input_tokens"),
             avg_latency_ms=Avg("latency_ms"),
         )
         .order_by("bucket")
     )
-    steps = Step.objects.filter(project=project, kind=Step.Kind.LLM, started_at__gte=start, started_at__lt=end)
-    cost_by_model = list(
-        steps.exclude(model="")
-        .values("model")
-        .annotate(cost=Sum("cost"), calls=Count("id"))
-        # Models with no price have no cost: list them after the priced ones.
-        .order_by(F("cost").desc(nulls_last=True), "model")[:20]
-    )
-    return {"totals": totals, "series": series, "cost_by_model": cost_by_model}
+    return {
+        "totals": totals,
+        "series": series,
+        "cost_by_model": llm_cost_by_model(project=project, start=start, end=end),
+    }
 
 
-def _percentiles(queryset: QuerySet, column: str, fractions: tuple[float, ...]) -> list[float | None]:
-    """Percentiles computed in PostgreSQL (percentile_cont), not in Python."""
-    from django.db import connection
+def _next_hour(moment: datetime) -> datetime:
+    hour = moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return hour if hour == moment else hour + timedelta(hours=1)
 
-    sql, params = queryset.filter(**{f"{column}__isnull": False}).values(column).query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {', '.join('percentile_cont(%s) WITHIN GROUP (ORDER BY sub.' + column + ')' for _ in fractions)}"  # noqa: S608
-            f" FROM ({sql}) AS sub",
-            [*fractions, *params],
+
+def llm_cost_by_model(*, project, start: datetime, end: datetime, limit: int = 20) -> list[dict[str, Any]]:
+    """LLM calls started between ``start`` and ``end`` per model: ``{"model", "cost",
+    "calls"}``, the most expensive first, models with no price (cost None) after the
+    priced ones. Whole UTC hours come from the rollup (``LlmHourly``), the parts of an
+    hour at either end from the steps themselves."""
+    first_hour = _next_hour(start)
+    last_hour = end.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    steps = Step.objects.filter(project=project, kind=Step.Kind.LLM).exclude(model="")
+    totals: dict[str, list] = {}  # model -> [calls, priced calls, cost]
+
+    def add(rows) -> None:
+        for row in rows:
+            total = totals.setdefault(row["model"], [0, 0, Decimal(0)])
+            total[0] += row["calls"]
+            total[1] += row["priced_calls"]
+            total[2] += row["cost"] or 0
+
+    sums = {"calls": Count("*"), "priced_calls": Count("cost"), "cost": Sum("cost")}
+    if first_hour < last_hour:
+        add(
+            LlmHourly.objects.filter(project=project, hour__gte=first_hour, hour__lt=last_hour)
+            .values("model")
+            .annotate(**sums | {"calls": Sum("calls"), "priced_calls": Sum("priced_calls")})
+            .order_by()
         )
-        row = cursor.fetchone()
-    return [float(value) if value is not None else None for value in row]
+        edges = Q(started_at__gte=start, started_at__lt=first_hour) | Q(started_at__gte=last_hour, started_at__lt=end)
+    else:
+        edges = Q(started_at__gte=start, started_at__lt=end)
+    add(steps.filter(edges).values("model").annotate(**sums).order_by())
+    rows = [
+        {"model": model, "cost": cost if priced else None, "calls": calls}
+        for model, (calls, priced, cost) in totals.items()
+        if calls
+    ]
+    # Models with no price have no cost: list them after the priced ones.
+    rows.sort(key=lambda row: (row["cost"] is None, -(row["cost"] or 0), row["model"]))
+    return rows[:limit]
 
 
 def agent_lookup(*, project, value):

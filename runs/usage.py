@@ -78,34 +78,34 @@ class RunsUsageSource:
     # --- Drill-downs ------------------------------------------------------------------
 
     def top_runs(self, *, organization, starts_at: datetime, ends_at: datetime, limit: int) -> list[Run]:
-        """Read project by project, so each query is a range of the (project,
-        started_at) index; the runs of all projects are then merged."""
-        runs: list[Run] = []
-        for project_id in Project.objects.filter(organization=organization).values_list("pk", flat=True):
-            runs.extend(
-                Run.objects.filter(
-                    project_id=project_id,
-                    started_at__gte=starts_at,
-                    started_at__lt=ends_at,
-                    total_cost__gt=0,
-                )
-                .select_related("project")
-                .only(
-                    "id",
-                    "name",
-                    "trace_id",
-                    "agent_name",
-                    "started_at",
-                    "total_cost",
-                    "input_tokens",
-                    "output_tokens",
-                    "project__slug",
-                    "project__name",
-                    "project__organization_id",
-                )
-                .order_by("-total_cost", "-id")[:limit]
+        """Two queries: the ids of the most expensive runs of the period, read from the
+        organization's runs by cost (``run_organization_cost``, an index-only scan that
+        stops at ``limit`` runs of the period), then those runs."""
+        ids = list(
+            Run.objects.filter(
+                organization=organization, started_at__gte=starts_at, started_at__lt=ends_at, total_cost__gt=0
             )
-        return sorted(runs, key=lambda run: (-run.total_cost, -run.pk))[:limit]
+            .order_by("-total_cost", "-id")
+            .values_list("id", flat=True)[:limit]
+        )
+        runs = (
+            Run.objects.filter(pk__in=ids)
+            .select_related("project")
+            .only(
+                "id",
+                "name",
+                "trace_id",
+                "agent_name",
+                "started_at",
+                "total_cost",
+                "input_tokens",
+                "output_tokens",
+                "project__slug",
+                "project__name",
+                "project__organization_id",
+            )
+        )
+        return sorted(runs, key=lambda run: (-run.total_cost, -run.pk))
 
     def runs_behind(self, *, project, model: str, starts_at: datetime, ends_at: datetime, limit: int) -> list[dict]:
         """The range's steps of that model, summed per run: one day of one project's

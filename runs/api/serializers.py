@@ -15,9 +15,11 @@ endpoints return them. Money is a decimal string, never a float.
 from __future__ import annotations
 
 import math
+from datetime import datetime
 
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
-from rest_framework import serializers
+from rest_framework import ISO_8601, serializers
+from rest_framework.settings import api_settings
 
 from agentops.api.serializers import InputSerializer
 from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent, clean_reported_cost
@@ -459,7 +461,70 @@ class RunFilterSerializer(serializers.Serializer):
         return statuses
 
 
-class RunSerializer(serializers.ModelSerializer):
+# Fields whose representation of a non-None value is a plain conversion (DRF's own
+# ``to_representation`` of each, spelled as the builtin it calls).
+_PLAIN = {
+    serializers.CharField: str,
+    serializers.IntegerField: int,
+    serializers.FloatField: float,
+}
+
+
+def _plain(field):
+    kind = type(field)
+    if kind in _PLAIN:
+        return _PLAIN[kind]
+    if kind is serializers.JSONField and not field.binary:
+        return None  # the value as stored
+    if kind is serializers.DateTimeField and getattr(field, "format", api_settings.DATETIME_FORMAT) == ISO_8601:
+        return _iso_datetime(field)
+    return field.to_representation
+
+
+def _iso_datetime(field):
+    """DRF's ISO 8601 representation of a datetime (in the field's or the current time
+    zone, UTC as "Z"), with the time zone looked up once rather than once per value;
+    anything but an aware datetime goes through the field."""
+    zone = field.timezone if hasattr(field, "timezone") else field.default_timezone()
+    if zone is None:
+        return field.to_representation
+
+    def convert(value):
+        if type(value) is not datetime or value.tzinfo is None:
+            return field.to_representation(value)
+        text = value.astimezone(zone).isoformat()
+        return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+    return convert
+
+
+class ListedSerializer(serializers.ModelSerializer):
+    """An output serializer for long lists (runs, a run's steps): the representation
+    DRF's ``to_representation`` gives, without its per-value machinery. Each field is
+    read with one ``getattr`` of its source and converted by a function chosen once per
+    serializer (plain types by their builtin, JSON as stored, the rest by the field's
+    own ``to_representation``); None stays None, as in DRF. At 500 steps of 30 fields
+    DRF's generic path was most of the steps endpoint's time."""
+
+    def to_representation(self, instance):
+        plan = self.__dict__.get("_plan")
+        if plan is None:
+            fields = list(self._readable_fields)
+            # A dotted or "*" source goes through DRF (none here today).
+            if any(field.source == "*" or "." in field.source for field in fields):
+                plan = self._plan = False
+            else:
+                plan = self._plan = [(field.field_name, field.source, _plain(field)) for field in fields]
+        if plan is False:
+            return super().to_representation(instance)
+        out = {}
+        for name, source, convert in plan:
+            value = getattr(instance, source)
+            out[name] = value if value is None or convert is None else convert(value)
+        return out
+
+
+class RunSerializer(ListedSerializer):
     """A run in lists and the export."""
 
     # A string, not an enum, in the output schema: the enum is the run event's, and one
@@ -533,7 +598,7 @@ class RunDetailSerializer(RunSerializer):
         read_only_fields = fields
 
 
-class StepSerializer(serializers.ModelSerializer):
+class StepSerializer(ListedSerializer):
     status = serializers.CharField(read_only=True, help_text=", ".join(Step.Status.values))
     parent_id = serializers.CharField(source="parent_span_id", read_only=True, help_text="The parent's span id.")
     cost = serializers.DecimalField(

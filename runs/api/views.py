@@ -283,6 +283,11 @@ class RunDetailView(RunsEndpoint):
         return Response(s.RunDetailSerializer(self.get_run()).data)
 
 
+# The step columns the steps endpoint answers with (payloads included); the others
+# (the creation time, the price, the ids of the run, project and organization) are not read.
+STEP_COLUMNS = [name for name in s.StepSerializer.Meta.fields if name != "parent_id"] + ["parent_span_id"]
+
+
 class RunStepListView(RunsEndpoint):
     """The run's steps as a flat list in tree order (depth first, siblings by start
     time) with `depth` and `parent_id`; `?tree=1` nests them under `children`. A step
@@ -303,7 +308,8 @@ class RunStepListView(RunsEndpoint):
     )
     def get(self, request, org_slug, project_slug, run_id):
         nested = flag(request, "tree")
-        roots = selectors.step_tree(run=self.get_run())
+        run = self.get_run()
+        roots = selectors.step_tree(run=run, steps=list(selectors.step_list(run=run).only(*STEP_COLUMNS)))
         nodes = selectors.flatten_tree(roots)
         for node in nodes:
             node.step.depth = node.depth

@@ -620,3 +620,47 @@ def test_a_forged_api_cursor_is_404_not_a_server_error(tenant, client_for, paylo
 
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+def _generic(serializer_class, instance):
+    """What DRF's own ``to_representation`` makes of ``instance``, rendered as the API renders."""
+    from rest_framework import serializers
+    from rest_framework.renderers import JSONRenderer
+
+    return json.loads(
+        JSONRenderer().render(serializers.ModelSerializer.to_representation(serializer_class(), instance))
+    )
+
+
+def test_runs_list_and_steps_answer_exactly_what_drfs_serializers_would(tenant, three_runs, reader):
+    """The lists' faster representation (``ListedSerializer``) gives every field as DRF
+    does: decimal strings, "Z" times with microseconds, None, lists, JSON payloads."""
+    from runs import selectors
+    from runs.api import serializers as s
+
+    project = tenant.project
+    load(
+        project,
+        steps=[
+            llm_step(
+                "r1",
+                "odd",
+                "mistral-small-2603",
+                7,
+                3,
+                0.123457,
+                input={"messages": [{"role": "user", "content": "héllo ✓"}]},
+                attributes={"n": [1, 2.5, None, True]},
+            )
+        ],
+    )
+    listed = reader.get(runs_url(tenant)).json()["results"]
+    steps = reader.get(runs_url(tenant, f"{run_pk(project, 'r1')}/steps/")).json()
+    with organization_scope(project.organization):
+        runs = {run.pk: run for run in selectors.run_list(project=project)}
+        assert listed == [_generic(s.RunSerializer, runs[item["id"]]) for item in listed]
+        nodes = selectors.flatten_tree(selectors.step_tree(run=runs[listed[-1]["id"]]))
+        for node in nodes:
+            node.step.depth = node.depth
+        assert steps == [_generic(s.StepListItemSerializer, node.step) for node in nodes]
+    assert any(step["started_at"].endswith(".123457Z") for step in steps)

@@ -1,6 +1,7 @@
 """Reads of the trace store: filters, tree, transcript, sessions, dashboard."""
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 
@@ -210,3 +211,199 @@ def test_run_detail_of_another_tenants_run_raises_the_cores_not_found(tenant, ot
 
     with organization_scope(tenant.organization), pytest.raises(NotFound, match="run not found"):
         selectors.run_detail(project=tenant.project, run_id=theirs.pk)
+
+
+# --- The dashboard's LLM cost by model, from the hourly rollup -------------------------
+
+
+def _raw_cost_by_model(project, start, end):
+    """What the dashboard showed before the rollup: the steps themselves, summed."""
+    from django.db.models import Count, F, Sum
+
+    from runs.models import Step
+
+    return list(
+        Step.objects.filter(project=project, kind=Step.Kind.LLM, started_at__gte=start, started_at__lt=end)
+        .exclude(model="")
+        .values("model")
+        .annotate(cost=Sum("cost"), calls=Count("id"))
+        .order_by(F("cost").desc(nulls_last=True), "model")
+    )
+
+
+def _rollup(project):
+    """The rollup's rows summed per hour and model (a key may have several rows)."""
+    from django.db.models import Sum
+
+    from runs.models import LlmHourly
+
+    return {
+        (row["hour"], row["model"]): (row["calls"], row["priced_calls"], row["cost"])
+        for row in LlmHourly.objects.filter(project=project)
+        .values("hour", "model")
+        .annotate(calls=Sum("calls"), priced_calls=Sum("priced_calls"), cost=Sum("cost"))
+        if row["calls"] or row["priced_calls"] or row["cost"]
+    }
+
+
+def _raw_rollup(project):
+    from django.db.models import Count, Sum
+    from django.db.models.functions import TruncHour
+
+    from runs.models import Step
+
+    return {
+        (row["hour"], row["model"]): (row["calls"], row["priced_calls"], row["cost"] or 0)
+        for row in Step.objects.filter(project=project, kind=Step.Kind.LLM, started_at__isnull=False)
+        .exclude(model="")
+        .annotate(hour=TruncHour("started_at"))
+        .values("hour", "model")
+        .annotate(calls=Count("id"), priced_calls=Count("cost"), cost=Sum("cost"))
+    }
+
+
+# Windows with whole hours inside and parts of hours at either end, one within an hour.
+WINDOWS = [
+    (T0 - timedelta(hours=1), T0 + timedelta(hours=3)),
+    (T0 + timedelta(minutes=20), T0 + timedelta(hours=2, minutes=40)),
+    (T0 + timedelta(minutes=10), T0 + timedelta(minutes=50)),
+    (T0 - timedelta(days=1, minutes=7), T0 + timedelta(days=1, seconds=3)),
+]
+
+
+def _llm_steps(project, trace, *, model_of, cost_of):
+    """An hour and a half of model calls every 10 minutes (a few unpriced)."""
+    from runs.models import Run, Step
+
+    run = Run.dangerously_unscoped_objects.create(
+        organization=project.organization, project=project, trace_id=trace, started_at=T0 + timedelta(minutes=5)
+    )
+    with organization_scope(project.organization):
+        Step.objects.bulk_create(
+            Step(
+                organization=project.organization,
+                project=project,
+                run=run,
+                span_id=f"s{n}",
+                kind=Step.Kind.LLM if n % 4 else Step.Kind.TOOL,
+                model=model_of(n),
+                cost=cost_of(n),
+                unpriced=cost_of(n) is None,
+                started_at=T0 + timedelta(minutes=5 + 10 * n),
+            )
+            for n in range(16)
+        )
+    return run
+
+
+def _models(n):
+    return ["mistral-large-2512", "mistral-small-2603", "codestral-2508"][n % 3]
+
+
+def _costs(n):
+    return None if n % 5 == 0 else Decimal(n) / 1000
+
+
+def _assert_dashboard_matches_the_steps(project):
+    with organization_scope(project.organization):
+        assert _rollup(project) == _raw_rollup(project)
+        for start, end in WINDOWS:
+            assert selectors.llm_cost_by_model(project=project, start=start, end=end) == _raw_cost_by_model(
+                project, start, end
+            ), (start, end)
+
+
+def test_cost_by_model_counts_ingested_and_resent_calls(tenant):
+    """Ingested model calls are in the rollup at once; a span sent again with another
+    model or cost moves from the old numbers to the new ones, not added twice."""
+    project = tenant.project
+    with organization_scope(project.organization):
+        ingest(project=project, steps=_llm_step_events("a", tokens=1000), announce=False)
+        ingest(project=project, steps=_llm_step_events("b", tokens=5000, model="mystery-model"), announce=False)
+        # The same spans again: one with another model, all with other token counts (costs).
+        resent = _llm_step_events("a", tokens=3000)
+        resent[0].model = "mistral-small-2603"
+        ingest(project=project, steps=resent, announce=False)
+        board = selectors.dashboard(project=project, start=T0 - timedelta(hours=1), end=T0 + timedelta(hours=3))
+    by_model = {row["model"]: (row["calls"], row["cost"]) for row in board["cost_by_model"]}
+    assert by_model["mistral-small-2603"][0] == 1
+    _assert_dashboard_matches_the_steps(project)
+
+
+def _llm_step_events(trace, *, tokens, model="mistral-large-2512"):
+    return [
+        StepEvent(
+            trace_id=trace,
+            span_id=f"llm{n}",
+            kind="llm",
+            model=model,
+            started_at=T0 + timedelta(minutes=25 * n),
+            ended_at=T0 + timedelta(minutes=25 * n, seconds=1),
+            input_tokens=tokens,
+            output_tokens=10,
+        )
+        for n in range(6)
+    ]
+
+
+def test_cost_by_model_keeps_unpriced_models_after_priced_ones(tenant):
+    project = tenant.project
+    _llm_steps(
+        project,
+        "t",
+        model_of=lambda n: "mystery-model" if n < 8 else "mistral-small-2603",
+        cost_of=lambda n: None if n < 8 else _costs(n),
+    )
+    with organization_scope(project.organization):
+        rows = selectors.llm_cost_by_model(project=project, start=T0, end=T0 + timedelta(hours=2, minutes=50))
+    assert [row["model"] for row in rows] == ["mistral-small-2603", "mystery-model"]
+    assert rows[0]["cost"] > 0 and rows[1]["cost"] is None
+    _assert_dashboard_matches_the_steps(project)
+
+
+def test_cost_by_model_follows_a_cost_recompute(tenant):
+    """Repricing steps (billing's recompute) updates the rollup in the same transaction."""
+    from billing.models import Price
+    from billing.recompute import apply_recompute
+    from tests.agentops.factories import UserFactory
+
+    project = tenant.project
+    _llm_steps(project, "t", model_of=_models, cost_of=_costs)
+    price = Price.objects.create(
+        kind=Price.Kind.LLM,
+        pattern="mistral-large",
+        match=Price.Match.PREFIX,
+        input_per_million=Decimal("4"),
+        output_per_million=Decimal("10"),
+        status=Price.Status.DRAFT,
+    )
+    with organization_scope(project.organization):
+        before = selectors.llm_cost_by_model(project=project, start=T0, end=T0 + timedelta(hours=3))
+    apply_recompute(
+        price=price, starts_at=T0 - timedelta(days=1), ends_at=T0 + timedelta(days=1), actor=UserFactory(is_staff=True)
+    )
+    with organization_scope(project.organization):
+        after = selectors.llm_cost_by_model(project=project, start=T0, end=T0 + timedelta(hours=3))
+    large = [(row["calls"], row["cost"]) for row in after if row["model"] == "mistral-large-2512"]
+    assert large == [(next(r["calls"] for r in before if r["model"] == "mistral-large-2512"), Decimal(0))]
+    _assert_dashboard_matches_the_steps(project)
+
+
+def test_cost_by_model_forgets_deleted_runs(tenant):
+    from agentops.models import Project
+
+    project = tenant.project
+    kept = _llm_steps(project, "kept", model_of=_models, cost_of=_costs)
+    gone = _llm_steps(project, "gone", model_of=lambda n: "mistral-large-2512", cost_of=lambda n: Decimal("1"))
+    with organization_scope(project.organization):
+        gone.delete()
+        assert selectors.llm_cost_by_model(project=project, start=T0, end=T0 + timedelta(hours=3)) == (
+            _raw_cost_by_model(project, T0, T0 + timedelta(hours=3))
+        )
+    _assert_dashboard_matches_the_steps(project)
+    assert kept.pk
+    # A whole project deleted takes its rollup with it (no error, nothing left over).
+    from runs.models import LlmHourly
+
+    Project.dangerously_unscoped_objects.filter(pk=project.pk).delete()
+    assert not LlmHourly.dangerously_unscoped_objects.filter(project_id=project.pk).exists()
