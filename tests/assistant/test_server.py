@@ -486,3 +486,46 @@ def test_a_page_of_another_origin_cannot_call_the_server(mcp_server, tenant, mak
         },
     )
     assert response.status_code == 403
+
+
+def test_a_key_over_its_rate_limit_is_answered_429_with_retry_after(mcp_server, tenant, make_api_key, settings):
+    settings.MCP_RATE_LIMIT_PER_KEY = "3/hour"
+    _key, raw = make_api_key(tenant.project, scopes=("read",))
+    _other, other_raw = make_api_key(tenant.project, scopes=("read",))
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+
+    def post(key):
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {key}",
+            "MCP-Protocol-Version": "2025-11-25",
+        }
+        return httpx.post(f"{mcp_server}/mcp", json=body, headers=headers)
+
+    assert [post(raw).status_code for _ in range(3)] == [200, 200, 200]
+    refused = post(raw)
+    assert refused.status_code == 429
+    assert 1 <= int(refused.headers["retry-after"]) <= 3600
+    error = refused.json()["error"]
+    assert error["code"] == "throttled" and "MCP_RATE_LIMIT_PER_KEY" in error["message"]
+    assert error["details"]["retry_after"] == int(refused.headers["retry-after"])
+    assert post(other_raw).status_code == 200  # one count per key
+
+
+def test_the_rate_limit_is_counted_in_redis_so_every_web_process_shares_it(tenant, make_api_key, settings):
+    """A second process (here: a second limiter with its own Redis connection) sees the
+    first one's count."""
+    from assistant.rate_limit import KeyRateLimit
+
+    settings.MCP_RATE_LIMIT_PER_KEY = "2/min"
+    key, _raw = make_api_key(tenant.project, scopes=("read",))
+
+    async def go():
+        first, second = KeyRateLimit(), KeyRateLimit()
+        try:
+            return [(await limiter.check(key.pk)).allowed for limiter in (first, second, second)]
+        finally:
+            await first.close()
+            await second.close()
+
+    assert asyncio.run(go()) == [True, True, False]
