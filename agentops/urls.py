@@ -23,6 +23,7 @@ urlpatterns = [
     path("o/<slug:org_slug>/p/<slug:project_slug>/runs/", include("runs.urls")),
     path("o/<slug:org_slug>/p/<slug:project_slug>/evals/", include("evals.urls")),
     path("o/<slug:org_slug>/p/<slug:project_slug>/jobs/", include("jobs.urls")),
+    path("o/<slug:org_slug>/p/<slug:project_slug>/assistant/", include("assistant.urls")),
     path("o/<slug:org_slug>/billing/", include("billing.urls")),
     path("o/<slug:org_slug>/compute/", include("jobs.org_urls")),
 ]
