@@ -16,7 +16,7 @@ from django.db.models import Avg, Count, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 
 from agentops.errors import NotFound
-from runs.models import Agent, MemorySnapshot, Message, Run, Step, ToolCall
+from runs.models import Agent, MemorySnapshot, Message, Run, Session, SessionMessage, Step, StreamEvent, ToolCall
 
 SORTABLE = {
     "started_at": ("started_at", "id"),
@@ -236,6 +236,35 @@ def session_list(*, project, started_after: datetime | None = None) -> QuerySet:
 def session_runs(*, project, session_id: str) -> QuerySet[Run]:
     """The runs of one conversation, in order."""
     return Run.objects.filter(project=project, session_id=session_id).order_by("started_at", "id").defer("search")
+
+
+def agent_session_list(*, project) -> QuerySet[Session]:
+    """The project's interactive sessions, most recently active first (any event moves
+    a session up)."""
+    return (
+        Session.objects.filter(project=project)
+        .select_related("agent", "agent_version", "started_by")
+        .order_by("-updated_at", "-id")
+    )
+
+
+def agent_session_turns(*, session: Session) -> QuerySet[Run]:
+    """The turns of an interactive session (its executed runs), in order."""
+    return Run.objects.filter(agent_session=session).order_by("turn").defer("search", "execution")
+
+
+def agent_session_queue(*, session: Session) -> QuerySet[SessionMessage]:
+    """The messages waiting for the session's running turn, oldest first."""
+    return SessionMessage.objects.filter(session=session, status=SessionMessage.Status.QUEUED).order_by("id")
+
+
+def agent_session_events(*, session: Session, upto: int, run_id: int | None = None) -> QuerySet[StreamEvent]:
+    """The events of the session's stream up to id ``upto``, in order; with ``run_id``,
+    only those about that turn (its own, and its ``undone``)."""
+    events = StreamEvent.objects.filter(session=session, seq__lte=upto)
+    if run_id is not None:
+        events = events.filter(Q(run_id=run_id) | Q(type="undone", data__run=run_id))
+    return events.order_by("seq")
 
 
 def dashboard(*, project, start: datetime, end: datetime) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from django.urls import path, register_converter
 
-from runs.views import agents, approvals, compare, dashboard, replays, run_detail, runs_list, sessions, settings
+from runs.views import agents, approvals, chat, compare, dashboard, replays, run_detail, runs_list, sessions, settings
 
 
 class SessionIdConverter:
@@ -31,6 +31,18 @@ urlpatterns = [
     path("settings/", settings.IngestSettingsPage.as_view(), name="settings"),
     path("sessions/", sessions.SessionsPage.as_view(), name="sessions"),
     path("sessions/<session_id:session_id>/", sessions.SessionDetailPage.as_view(), name="session"),
+    path("chat/", chat.ChatPage.as_view(), name="chat"),
+    path("chat/new/", chat.ChatStartAction.as_view(), name="chat_start"),
+    path("chat/<int:session_id>/", chat.ChatPage.as_view(), name="chat_session"),
+    path("chat/<int:session_id>/live/", chat.ChatLiveFragment.as_view(), name="chat_live"),
+    path("chat/<int:session_id>/messages/", chat.ChatSendAction.as_view(), name="chat_send"),
+    path("chat/<int:session_id>/approvals/", chat.ChatDecideAction.as_view(), name="chat_decide"),
+    path("chat/<int:session_id>/approve-all/", chat.ChatApproveAllAction.as_view(), name="chat_approve_all"),
+    path("chat/<int:session_id>/approve-all/revoke/", chat.ChatRevokeAllAction.as_view(), name="chat_revoke_all"),
+    path("chat/<int:session_id>/interrupt/", chat.ChatInterruptAction.as_view(), name="chat_interrupt"),
+    path("chat/<int:session_id>/undo/", chat.ChatUndoAction.as_view(), name="chat_undo"),
+    path("chat/<int:session_id>/compact/", chat.ChatCompactAction.as_view(), name="chat_compact"),
+    path("chat/<int:session_id>/close/", chat.ChatCloseAction.as_view(), name="chat_close"),
     path(f"{run}/", run_detail.RunDetailPage.as_view(), name="detail"),
     path(f"{run}/live/", run_detail.RunLiveFragment.as_view(), name="detail_live"),
     path(f"{run}/steps/<int:step_id>/", run_detail.StepPanelFragment.as_view(), name="step"),
