@@ -1,6 +1,7 @@
 """The analyst's parts of the pages (docs/mcp.md#the-analyst): the "Ask about this run" panel
 of a run page and the insights panel of a dataset's leaderboard, each loaded by htmx from
-the page it sits on (the runs and evals apps import nothing of this one). Viewers read the
+the page it sits on (the runs and evals apps import nothing of this one), and the action
+that opens a chat with the analyst, a session on the sessions' chat page. Viewers read the
 answers; members ask. An answer still being written streams in from its run's event
 stream (``data-event-stream``, agentops/static/agentops/app.js); once it ends the panel
 is fetched again with the answer in full, its step citations linked."""
@@ -127,7 +128,18 @@ class LeaderboardInsightsPanel(AnalystPanel):
         return redirect(f"{reverse('evals:leaderboard', args=[org_slug, project_slug, dataset.pk])}#insights")
 
 
+class AnalystChatAction(ProjectPage):
+    """POST: open a chat session with the project's analyst, shown on the sessions' chat page."""
+
+    permissions = {"POST": Need("work:write", "chat with the analyst")}
+
+    def post(self, request, org_slug, project_slug):
+        session = asking.start_chat(access=self.access)
+        return redirect(reverse("runs:chat_session", args=[org_slug, project_slug, session.pk]))
+
+
 urlpatterns = [
+    path("chat/", AnalystChatAction.as_view(), name="analyst-chat"),
     path("runs/<int:run_id>/ask/", RunAskPanel.as_view(), name="run-ask"),
     path("datasets/<int:dataset_id>/insights/", LeaderboardInsightsPanel.as_view(), name="leaderboard-insights"),
 ]

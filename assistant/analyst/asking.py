@@ -24,7 +24,8 @@ from assistant.models import AnalystQuestion
 from assistant.read_tools import TOOLS
 from billing.budgets import check_work_allowed
 from runs.execution import create_executed_run
-from runs.models import Run, Step
+from runs.models import Agent, AgentVersion, Run, Session, Step
+from runs.services.sessions import session_create
 
 ANALYST_NAME = "AgentOps analyst"
 MAX_QUESTION_CHARS = 2000
@@ -136,6 +137,63 @@ def refresh_insights(*, access, dataset) -> AnalystQuestion:
         question=INSIGHTS_QUESTION,
         dataset=dataset,
     )
+
+
+CHAT_SUBJECT = (
+    "Subject: the project (its runs, spend, budgets, evaluations, jobs and sessions; a member chats with you, "
+    "each message a turn)."
+)
+
+
+def analyst_agent(*, project, actor) -> Agent:
+    """The project's analyst as an agent, for chat sessions: made on first use, and given a
+    new version when the organization's model changes (a Mistral key added or removed).
+    Made here, not by the agents service: its tools are the ``analyst`` tool set, which
+    people's agents are not offered."""
+    model = analyst_model(project.organization)
+    fields = {
+        "model": model,
+        "system_prompt": SYSTEM_PROMPT.format(
+            project=f"{project.organization.slug}/{project.slug}", subject=CHAT_SUBJECT
+        ),
+        "tools": [tool.__name__ for tool in TOOLS],
+        "approval_tools": [],
+        "parameters": {},
+        "step_limit": STEP_LIMIT,
+        "toolset": TOOLSET,
+    }
+    with transaction.atomic():
+        agent, _created = Agent.objects.select_for_update().get_or_create(
+            project=project,
+            name=ANALYST_NAME,
+            defaults={
+                "organization_id": project.organization_id,
+                "description": "The platform's analyst: reads this project's data with the MCP read tools.",
+                "created_by": actor,
+            },
+        )
+        latest = AgentVersion.objects.filter(agent=agent, number=agent.latest_version).first()
+        if latest is None or any(getattr(latest, name) != value for name, value in fields.items()):
+            number = agent.latest_version + 1
+            AgentVersion.objects.create(
+                organization_id=project.organization_id,
+                project=project,
+                agent=agent,
+                number=number,
+                created_by=actor,
+                **fields,
+            )
+            agent.latest_version = number
+            agent.save(update_fields=["latest_version"])
+    return agent
+
+
+def start_chat(*, access) -> Session:
+    """Open a chat session with the project's analyst for the asking member (members only)."""
+    access.require("work:write", "chat with the analyst")
+    user = access.membership.user if access.membership else None
+    agent = analyst_agent(project=access.project, actor=user)
+    return session_create(project=access.project, agent=agent, actor=user, title="Chat with the analyst")
 
 
 def run_questions(*, run: Run) -> list[AnalystQuestion]:

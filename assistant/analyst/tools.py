@@ -17,7 +17,7 @@ from agentops.access import Access
 from agentops.models import Membership
 from assistant import read_tools
 from assistant.caller import call_in_thread
-from runs.models import Run
+from runs.models import Run, Session
 from runs.tools.base import Tool, ToolContext, ToolError
 
 TOOLSET = "analyst"
@@ -32,6 +32,8 @@ def asker_access(run_id: int) -> Access:
     project, asked_by, current = run.project, None, run
     for _hop in range(MAX_REPLAY_HOPS):
         asked_by = (current.metadata or {}).get("analyst", {}).get("asked_by")
+        if asked_by is None and current.agent_session_id is not None:  # a turn of a chat with the analyst
+            asked_by = Session.objects.filter(pk=current.agent_session_id).values_list("started_by", flat=True).first()
         if asked_by or current.replay_of_id is None:
             break
         current = Run.objects.get(pk=current.replay_of_id)

@@ -48,6 +48,7 @@ def version_spec(version: AgentVersion) -> dict:
         "approval_tools": list(version.approval_tools),
         "step_limit": version.step_limit,
         "tool_definitions": [],
+        "toolset": version.toolset,
     }
 
 

@@ -159,3 +159,34 @@ def test_viewers_read_insights_but_cannot_refresh_them(tenant, leaderboard, sign
     assert "Generate insights" not in viewer.get(insights_url).content.decode()
     assert viewer.post(insights_url).status_code == 403
     assert signed_in(tenant.owner).get(f"{PROJECT}/assistant/datasets/999999/insights/").status_code == 404
+
+
+def test_a_member_chats_with_the_analyst_in_a_session_with_its_tool_calls_visible(tenant, failed_run, signed_in):
+    from runs.models import Session
+    from runs.services.sessions import session_send
+
+    client = signed_in(tenant.member)
+    chat_page = client.get(f"{PROJECT}/runs/chat/").content.decode()
+    assert f'action="{PROJECT}/assistant/chat/"' in chat_page and "Chat with the analyst" in chat_page
+
+    opened = client.post(f"{PROJECT}/assistant/chat/")
+    with organization_scope(tenant.organization):
+        session = Session.objects.select_related("agent", "agent_version").get(agent__name="AgentOps analyst")
+    assert opened.status_code == 302 and opened["Location"] == f"{PROJECT}/runs/chat/{session.pk}/"
+    assert session.agent.name == "AgentOps analyst" and session.started_by == tenant.member
+    assert session.agent_version.model == "offline-analyst" and session.agent_version.toolset == "analyst"
+
+    with organization_scope(tenant.organization):
+        message = session_send(session=session, actor=tenant.member, content="Which runs failed?")
+        run_execute(run_id=message.run_id)  # as a worker would
+        turn = Run.objects.get(pk=message.run_id)
+    assert turn.status == "succeeded" and turn.output.startswith("Offline analyst (no model configured):")
+    assert f"run {failed_run.pk} " in turn.output  # read with search_runs, for the member who opened the chat
+    page = client.get(f"{PROJECT}/runs/chat/{session.pk}/").content.decode()
+    assert "search_runs" in page and "Which runs failed?" in page
+
+    # A second chat reuses the analyst agent (same version while the model is the same).
+    client.post(f"{PROJECT}/assistant/chat/")
+    with organization_scope(tenant.organization):
+        assert Session.objects.filter(agent=session.agent).count() == 2 and session.agent.versions.count() == 1
+    assert signed_in(tenant.viewer).post(f"{PROJECT}/assistant/chat/").status_code == 403
