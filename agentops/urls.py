@@ -24,6 +24,7 @@ urlpatterns = [
     path(f"{PAGE_PROJECT}/runs/", include("runs.urls")),
     path(f"{PAGE_PROJECT}/evals/", include("evals.urls")),
     path(f"{PAGE_PROJECT}/jobs/", include("jobs.urls")),
+    path(f"{PAGE_PROJECT}/assistant/", include("assistant.urls")),
     path(f"{PAGE_ORGANIZATION}/billing/", include("billing.urls")),
     path(f"{PAGE_ORGANIZATION}/compute/", include("jobs.org_urls")),
 ]

@@ -5,7 +5,12 @@ The caller is a project API key sent as a Bearer token; the ASGI wrapper
 ``current_key`` for the handlers of that request. ``run_for_caller`` is the one way
 a handler reaches the database: in a worker thread, with the key's organization in
 scope, after the key's scopes are checked against the permission the REST API asks
-for the same thing (``work:read`` for reads, ``work:write`` for actions). Every error
+for the same thing (``work:read`` for reads, ``work:write`` for actions).
+
+The analyst (``assistant.analyst``) calls the same tools from an executor's worker for
+a member: ``current_access`` then holds that member's access to the project, and the
+handler runs in the worker's own thread (``call_in_thread``), checked against the
+member's role. Every error
 becomes a ``ToolError`` with a message for the person (or model) that asked: another
 tenant's object reads "not found" exactly as a missing one; nothing unexpected ever
 shows its traceback, only that it failed and was logged.
@@ -33,6 +38,7 @@ from agentops.scoping import organization_scope
 logger = logging.getLogger(__name__)
 
 current_key: contextvars.ContextVar[ApiKey | None] = contextvars.ContextVar("assistant_api_key", default=None)
+current_access: contextvars.ContextVar[Access | None] = contextvars.ContextVar("assistant_access", default=None)
 
 # The largest answer a handler gives, in characters of JSON; a larger one is refused
 # with a message that says how to ask for less (the paging tools stay under it).
@@ -53,13 +59,16 @@ def validation_message(detail: Any, prefix: str = "") -> str:
     return f"{prefix.rstrip('.')}: {detail}" if prefix else str(detail)
 
 
-def _run(permission: str, what: str, body: Callable[..., Any], key: ApiKey | None, arguments: dict) -> Any:
-    if key is None:  # the ASGI wrapper lets no request through without a key
+def _run(permission: str, what: str, body: Callable[..., Any], caller: ApiKey | Access | None, arguments: dict) -> Any:
+    if caller is None:  # the ASGI wrapper lets no request through without a key
         raise ToolError("authentication required")
-    access = Access(organization=key.organization, api_key=key, project=key.project)
+    if isinstance(caller, Access):
+        access = caller
+    else:
+        access = Access(organization=caller.organization, api_key=caller, project=caller.project)
     try:
         access.require(permission, what)
-        with organization_scope(key.organization):
+        with organization_scope(access.organization):
             answer = as_json_data(body(access, **arguments))
     except ServiceError as error:
         raise ToolError(f"{error.code}: {error.message}") from None
@@ -84,6 +93,27 @@ def _run(permission: str, what: str, body: Callable[..., Any], key: ApiKey | Non
 async def run_for_caller(permission: str, what: str, body: Callable[..., Any], **arguments) -> Any:
     """``body(access, **arguments)`` for the current caller, in a worker thread (the ORM is
     synchronous), with its organization in scope; its answer as JSON-ready data."""
+    access = current_access.get()
+    if access is not None:  # the analyst, in a worker's thread (call_in_thread): the body runs here
+        return _run(permission, what, body, access, arguments)
     key = current_key.get()
     # Not thread-sensitive: one slow tool call must not hold up the process's others.
     return await database_sync_to_async(_run, thread_sensitive=False)(permission, what, body, key, arguments)
+
+
+def call_in_thread(access: Access, coroutine_function: Callable[..., Any], **arguments) -> Any:
+    """``coroutine_function(**arguments)`` (a tool of this app) for ``access``, run to its
+    end in this (synchronous) thread: with ``current_access`` set, ``run_for_caller``
+    never suspends, so the coroutine ends at its first step with no event loop (the ORM
+    refuses to run inside one). Tool errors come out as ``ToolError``."""
+    token = current_access.set(access)
+    try:
+        coroutine = coroutine_function(**arguments)
+        try:
+            coroutine.send(None)
+        except StopIteration as done:
+            return done.value
+        coroutine.close()
+        raise RuntimeError(f"{coroutine_function.__name__} waited on something; it cannot run in a thread")
+    finally:
+        current_access.reset(token)

@@ -175,6 +175,49 @@ async def compare_runs(
     return await run_for_caller(READ, "read runs", _compare_runs, a=a, b=b)
 
 
+# --- Sessions ----------------------------------------------------------------------------
+
+
+def _list_sessions(access, *, status: str, limit: int, cursor: str | None) -> dict:
+    from runs.api.sessions import AgentSessionSerializer
+    from runs.models import Session
+
+    queryset = Session.objects.filter(project=access.project).select_related("agent", "agent_version", "started_by")
+    if status:
+        queryset = queryset.filter(status=status)
+    rows, next_cursor = _offset_page(queryset.order_by("-updated_at", "-id"), cursor, limit)
+    return {"sessions": AgentSessionSerializer(rows, many=True).data, "next_cursor": next_cursor}
+
+
+async def list_sessions(
+    status: Annotated[
+        Literal["", "open", "closed"], Field(description="Only open or only closed sessions; all by default.")
+    ] = "",
+    limit: Limit = 20,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """The project's interactive sessions (conversations with an agent), most recently active
+    first: {"sessions": [{id, title, status, agent, version, started_by, last_event_id,
+    created_at, updated_at}], "next_cursor"}."""
+    return await run_for_caller(READ, "read sessions", _list_sessions, status=status, limit=limit, cursor=cursor)
+
+
+def session_data(access, *, session_id: int) -> dict:
+    """A session with its turns (each a run: input, output, status, cost), the messages waiting
+    and the approvals pending; texts over 2,000 characters cut."""
+    from runs.api.sessions import AgentSessionDetailSerializer
+    from runs.services.sessions import session_get
+
+    return clip(AgentSessionDetailSerializer(session_get(project=access.project, session_id=session_id)).data)
+
+
+async def get_session(session_id: Id) -> dict[str, Any]:
+    """One interactive session: its summary, "turns" in order (run, turn, status, undone, input,
+    output, error, total_cost, started_at, ended_at; get_run reads a turn's steps), "queued"
+    messages and "pending_approvals". Texts over 2,000 characters are cut."""
+    return await run_for_caller(READ, "read sessions", session_data, session_id=session_id)
+
+
 # --- Evaluations -------------------------------------------------------------------------
 
 
@@ -447,13 +490,13 @@ async def estimate_job_cost(
     return await run_for_caller(READ, "read jobs", _estimate_job_cost, arguments=arguments)
 
 
-# The sessions issue adds list_sessions and get_session here (after compare_runs), each a
-# sync body over runs.selectors behind run_for_caller(READ, ...) like get_run.
 TOOLS = [
     search_runs,
     get_run,
     get_step,
     compare_runs,
+    list_sessions,
+    get_session,
     get_leaderboard,
     compare_experiments,
     get_spend,

@@ -1,7 +1,6 @@
 """The MCP server's resources, by URI template: a run, a dataset, a leaderboard, an
-experiment of the caller's project, as JSON. The same reads as the tools; an unknown or
-another tenant's id is a "not found" MCP error (-32002), a bad one -32602.
-(The sessions issue adds ``agentops://sessions/{session_id}`` here.)"""
+experiment, a session of the caller's project, as JSON. The same reads as the tools; an
+unknown or another tenant's id is a "not found" MCP error (-32002), a bad one -32602."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from assistant.caller import run_for_caller
-from assistant.read_tools import dataset_data, experiment_data, leaderboard_data, run_page
+from assistant.read_tools import dataset_data, experiment_data, leaderboard_data, run_page, session_data
 
 READ = "work:read"
 RESOURCE_NOT_FOUND = -32002
@@ -58,10 +57,16 @@ async def experiment_resource(experiment_id: str) -> str:
     return await _read("read evaluations", experiment_data, experiment_id=_number(experiment_id, "experiment id"))
 
 
+async def session_resource(session_id: str) -> str:
+    """An interactive session: its turns, queued messages and pending approvals (get_session)."""
+    return await _read("read sessions", session_data, session_id=_number(session_id, "session id"))
+
+
 # (URI template, name, function)
 RESOURCES = [
     ("agentops://runs/{run_id}", "run", run_resource),
     ("agentops://datasets/{dataset}", "dataset", dataset_resource),
     ("agentops://datasets/{dataset}/leaderboard", "leaderboard", leaderboard_resource),
     ("agentops://experiments/{experiment_id}", "experiment", experiment_resource),
+    ("agentops://sessions/{session_id}", "session", session_resource),
 ]

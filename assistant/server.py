@@ -8,7 +8,8 @@ Without a valid one the answer is 401 with ``WWW-Authenticate: Bearer
 resource_metadata="<origin>/.well-known/oauth-protected-resource/mcp"``, and that
 address serves the RFC 9728 protected-resource metadata. Both are built from the
 request's own host (checked against ALLOWED_HOSTS), so one process serves every name
-the platform answers to; the SDK's own auth would fix one URL at start-up.
+the platform answers to; the SDK's own auth would fix one URL at start-up. A key over
+``MCP_RATE_LIMIT_PER_KEY`` is answered 429 with ``Retry-After`` (assistant.rate_limit).
 
 ``asgi_routes`` is what ``agentops.asgi`` mounts (through ``AssistantConfig``): path
 prefix -> ASGI application, and the lifespan that starts the SDK's session manager.
@@ -28,6 +29,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from agentops.services.api_keys import KeyRejected, api_key_authenticate
 from assistant import action_tools, prompts, read_tools, resources
 from assistant.caller import current_key
+from assistant.rate_limit import KeyRateLimit
 
 MCP_PATH = "/mcp"
 METADATA_PATH = "/.well-known/oauth-protected-resource/mcp"
@@ -132,6 +134,7 @@ class AuthorizedMcpApp:
     def __init__(self, server: MCPServer):
         self.server = server
         self.app = None
+        self.rate_limit: KeyRateLimit | None = None
 
     def _build_app(self):
         return self.server.streamable_http_app(
@@ -168,6 +171,19 @@ class AuthorizedMcpApp:
             message = "the MCP server starts with the ASGI lifespan (uvicorn --lifespan on)"
             await _send_json(send, 503, {"error": message})
             return
+        verdict = await self.rate_limit.check(key.pk)
+        if not verdict.allowed:
+            message = (
+                f"this API key made more than {verdict.limit} requests to the MCP server in {verdict.period} "
+                f"seconds (MCP_RATE_LIMIT_PER_KEY); retry in {verdict.retry_after} seconds"
+            )
+            await _send_json(
+                send,
+                429,
+                {"error": {"code": "throttled", "message": message, "details": {"retry_after": verdict.retry_after}}},
+                [(b"retry-after", str(verdict.retry_after).encode())],
+            )
+            return
         token = current_key.set(key)
         try:
             await self.app(scope, receive, send)
@@ -179,8 +195,12 @@ class AuthorizedMcpApp:
         # A session manager runs once; each start of the lifespan (a test's server
         # after another's) gets its own app and manager.
         self.app = self._build_app()
-        async with self.server.session_manager.run():
-            yield
+        self.rate_limit = KeyRateLimit()
+        try:
+            async with self.server.session_manager.run():
+                yield
+        finally:
+            await self.rate_limit.close()
 
 
 def asgi_routes() -> dict[str, Any]:

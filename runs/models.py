@@ -427,6 +427,9 @@ class AgentVersion(TenantModel):
     )
     parameters = models.JSONField(default=dict, blank=True, help_text="temperature, top_p, max_tokens, random_seed")
     step_limit = models.PositiveIntegerField(default=20)
+    # A platform tool set (runs.tools.registry.TOOLSETS) its tools come from: set only on
+    # the platform's own agents (the analyst); "" for every agent a person makes.
+    toolset = models.CharField(max_length=64, blank=True, default="")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 from django.conf import settings
 
 from agentops.errors import InvalidRequest
 from agentops.llm.base import ChatProvider
+from agentops.llm.context import CONTEXT_WINDOWS
 from agentops.llm.mistral import MistralProvider
 from agentops.llm.offline import OFFLINE_MODEL, OfflineProvider
 from agentops.services.secrets import provider_credentials
 
+# Scripted models other apps add (the assistant's offline analyst), by model name, so
+# this layer imports none of them.
+OFFLINE_MODELS: dict[str, Callable[[], ChatProvider]] = {}
+
+
+def register_offline_model(name: str, factory: Callable[[], ChatProvider], *, context_window: int) -> None:
+    """Serve the model ``name`` with ``factory()``, no key needed."""
+    OFFLINE_MODELS[name] = factory
+    CONTEXT_WINDOWS[name] = context_window
+
 
 def provider_for(*, organization, model: str) -> ChatProvider:
-    """The offline model for "offline"; otherwise Mistral with the organization's key."""
+    """The offline model for "offline" (and the registered scripted models); otherwise
+    Mistral with the organization's key."""
     if model == OFFLINE_MODEL:
         return OfflineProvider()
+    if model in OFFLINE_MODELS:
+        return OFFLINE_MODELS[model]()
     credentials = provider_credentials(organization=organization, provider="mistral")
     if credentials is None:
         raise InvalidRequest(

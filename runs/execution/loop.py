@@ -65,7 +65,7 @@ def _execute(run: Run) -> None:
     else:  # started before runs kept their spec in their state
         version = run.executed_version
         spec, parameters = Spec(**version_spec(version)), {**version.parameters, **state.get("parameters", {})}
-    tools = tools_for(project=project, names=spec.tools)
+    tools = tools_for(project=project, names=spec.tools, toolset=spec.toolset)
     definitions = [tool.definition() for tool in tools.values()]
     definitions += [d for d in spec.tool_definitions if d["function"]["name"] not in tools]
     replay = state.get("replay") or {}

@@ -32,6 +32,9 @@ class Spec:
     approval_tools: list[str] = field(default_factory=list)
     step_limit: int = 20
     tool_definitions: list[dict] = field(default_factory=list)
+    # A platform tool set (runs.tools.registry.TOOLSETS) the tools are taken from, for the
+    # platform's own agents; "" for an agent's run: the project's built-in and webhook tools.
+    toolset: str = ""
 
 
 def version_spec(version: AgentVersion) -> dict:
@@ -45,6 +48,7 @@ def version_spec(version: AgentVersion) -> dict:
         "approval_tools": list(version.approval_tools),
         "step_limit": version.step_limit,
         "tool_definitions": [],
+        "toolset": version.toolset,
     }
 
 

@@ -1,6 +1,11 @@
-"""The tools of a project: the built-ins and its webhook tools, by name."""
+"""The tools of a project: the built-ins and its webhook tools, by name; and the tool
+sets of the platform's own agents (the assistant app's analyst), registered at start-up
+so runs never imports them. A run names its tool set in its spec (``Spec.toolset``);
+users' agents have none, and are never offered a tool set's tools."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from runs.models import WebhookTool
 from runs.tools.base import Tool
@@ -16,7 +21,21 @@ def available_tools(*, project) -> dict[str, Tool]:
     return tools
 
 
-def tools_for(*, project, names: list[str]) -> dict[str, Tool]:
-    """The named tools; names the project no longer has are left out (the caller reports them)."""
-    available = available_tools(project=project)
+# name -> the tools of that set for a project.
+TOOLSETS: dict[str, Callable[..., dict[str, Tool]]] = {}
+
+
+def register_toolset(name: str, tools: Callable[..., dict[str, Tool]]) -> None:
+    """Register a platform tool set: ``tools(project=...)`` answers its tools by name."""
+    TOOLSETS[name] = tools
+
+
+def tools_for(*, project, names: list[str], toolset: str = "") -> dict[str, Tool]:
+    """The named tools (of ``toolset`` when one is named, else the project's); names that
+    are not there are left out (the caller reports them)."""
+    if toolset:
+        source = TOOLSETS.get(toolset)
+        available = source(project=project) if source else {}
+    else:
+        available = available_tools(project=project)
     return {name: available[name] for name in names if name in available}

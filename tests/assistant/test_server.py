@@ -22,7 +22,7 @@ from billing.budgets import budget_create, utc_today
 from billing.models import UsageDaily
 from evals.models import Dataset, Experiment
 from jobs.models import Job
-from runs.models import Run, Step
+from runs.models import Run, Session, Step
 
 
 @pytest.fixture
@@ -101,6 +101,8 @@ def test_lists_tools_resources_and_prompts(mcp_server, tenant, make_api_key):
         "get_run",
         "get_step",
         "compare_runs",
+        "list_sessions",
+        "get_session",
         "get_leaderboard",
         "compare_experiments",
         "get_spend",
@@ -122,6 +124,7 @@ def test_lists_tools_resources_and_prompts(mcp_server, tenant, make_api_key):
         "agentops://datasets/{dataset}",
         "agentops://datasets/{dataset}/leaderboard",
         "agentops://experiments/{experiment_id}",
+        "agentops://sessions/{session_id}",
     }
     assert {prompt.name for prompt in prompts.prompts} == {"debug-run", "cost-review", "regression-triage"}
 
@@ -209,6 +212,29 @@ def test_every_read_tool_answers_from_the_project(mcp_server, demo, make_api_key
     assert "amount" in estimate
 
 
+def test_sessions_read_with_their_turns_as_a_tool_and_a_resource(mcp_server, demo, make_api_key):
+    from runs.services.demo import DEMO_SESSION, DEMO_SESSION_MESSAGES
+
+    _key, raw = make_api_key(demo.project, scopes=("read",))
+    with organization_scope(demo.organization):
+        demo_session = Session.objects.get(project=demo.project, title=DEMO_SESSION)
+
+    listed = answer(call(mcp_server, raw, "list_sessions"))
+    assert [row["title"] for row in listed["sessions"]] == [DEMO_SESSION] and listed["next_cursor"] is None
+    assert answer(call(mcp_server, raw, "list_sessions", {"status": "closed"}))["sessions"] == []
+    read = answer(call(mcp_server, raw, "get_session", {"session_id": demo_session.pk}))
+    assert read["id"] == demo_session.pk and read["status"] == "open"
+    assert [turn["input"] for turn in read["turns"]] == DEMO_SESSION_MESSAGES
+    assert all(turn["status"] == "succeeded" and turn["run"] for turn in read["turns"])
+    assert "status" in error_text(call(mcp_server, raw, "list_sessions", {"status": "paused"}))
+
+    async def resource():
+        async with session(mcp_server, raw) as client:
+            return json.loads((await client.read_resource(f"agentops://sessions/{demo_session.pk}")).contents[0].text)
+
+    assert asyncio.run(resource())["turns"] == read["turns"]
+
+
 def test_a_long_run_is_cut_and_pages_with_a_cursor(mcp_server, tenant, make_api_key):
     from datetime import timedelta
 
@@ -254,11 +280,16 @@ def test_another_tenants_objects_are_not_found(mcp_server, demo, other_tenant, m
         dataset = Dataset.objects.filter(project=demo.project).first()
         experiment = Experiment.objects.filter(project=demo.project).first()
         job = Job.objects.filter(project=demo.project).first()
+        demo_session = Session.objects.filter(project=demo.project).first()
     assert error_text(call(mcp_server, raw, "get_run", {"run_id": run.pk})) == (
         "Error executing tool get_run: not_found: run not found"
     )
     assert "not_found" in error_text(call(mcp_server, raw, "get_leaderboard", {"dataset": dataset.pk}))
     assert "not_found" in error_text(call(mcp_server, raw, "get_job_logs", {"job_id": job.pk}))
+    assert error_text(call(mcp_server, raw, "get_session", {"session_id": demo_session.pk})) == (
+        "Error executing tool get_session: not_found: session not found"
+    )
+    assert answer(call(mcp_server, raw, "list_sessions"))["sessions"] == []
     assert "not_found" in error_text(call(mcp_server, raw, "replay_run", {"run_id": run.pk}))
     assert answer(call(mcp_server, raw, "search_runs"))["runs"] == []
 
@@ -270,7 +301,11 @@ def test_another_tenants_objects_are_not_found(mcp_server, demo, other_tenant, m
                 return error
         return None
 
-    for uri in (f"agentops://runs/{run.pk}", f"agentops://experiments/{experiment.pk}"):
+    for uri in (
+        f"agentops://runs/{run.pk}",
+        f"agentops://experiments/{experiment.pk}",
+        f"agentops://sessions/{demo_session.pk}",
+    ):
         error = asyncio.run(read(uri))
         assert error is not None and error.error.code == -32002
         assert "not found" in error.error.message
@@ -451,3 +486,46 @@ def test_a_page_of_another_origin_cannot_call_the_server(mcp_server, tenant, mak
         },
     )
     assert response.status_code == 403
+
+
+def test_a_key_over_its_rate_limit_is_answered_429_with_retry_after(mcp_server, tenant, make_api_key, settings):
+    settings.MCP_RATE_LIMIT_PER_KEY = "3/hour"
+    _key, raw = make_api_key(tenant.project, scopes=("read",))
+    _other, other_raw = make_api_key(tenant.project, scopes=("read",))
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+
+    def post(key):
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {key}",
+            "MCP-Protocol-Version": "2025-11-25",
+        }
+        return httpx.post(f"{mcp_server}/mcp", json=body, headers=headers)
+
+    assert [post(raw).status_code for _ in range(3)] == [200, 200, 200]
+    refused = post(raw)
+    assert refused.status_code == 429
+    assert 1 <= int(refused.headers["retry-after"]) <= 3600
+    error = refused.json()["error"]
+    assert error["code"] == "throttled" and "MCP_RATE_LIMIT_PER_KEY" in error["message"]
+    assert error["details"]["retry_after"] == int(refused.headers["retry-after"])
+    assert post(other_raw).status_code == 200  # one count per key
+
+
+def test_the_rate_limit_is_counted_in_redis_so_every_web_process_shares_it(tenant, make_api_key, settings):
+    """A second process (here: a second limiter with its own Redis connection) sees the
+    first one's count."""
+    from assistant.rate_limit import KeyRateLimit
+
+    settings.MCP_RATE_LIMIT_PER_KEY = "2/min"
+    key, _raw = make_api_key(tenant.project, scopes=("read",))
+
+    async def go():
+        first, second = KeyRateLimit(), KeyRateLimit()
+        try:
+            return [(await limiter.check(key.pk)).allowed for limiter in (first, second, second)]
+        finally:
+            await first.close()
+            await second.close()
+
+    assert asyncio.run(go()) == [True, True, False]

@@ -71,6 +71,7 @@ class Command(BaseCommand):
             call_command("seed_demo_runs", f"{credentials.organization}/{credentials.project}", verbosity=0)
             call_command("seed_demo_evals", f"{credentials.organization}/{credentials.project}", verbosity=0)
             call_command("seed_demo_jobs", f"{credentials.organization}/{credentials.project}", verbosity=0)
+            call_command("seed_demo_analyst", f"{credentials.organization}/{credentials.project}", verbosity=0)
             self.stdout.write(format_credentials(credentials))
         # The children's settings read where the platform is served (JOBS_CALLBACK_URL's default).
         os.environ["HOST"], os.environ["PORT"] = host, str(port)

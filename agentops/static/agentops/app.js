@@ -4,7 +4,12 @@
 //
 //   <form data-confirm="Delete it?">      asks before the form is sent;
 //   <select data-autosubmit>               sends its form when changed;
-//   <button data-copy-target="element-id"> copies that element's text.
+//   <button data-copy-target="element-id"> copies that element's text;
+//   <div data-event-stream="/api/.../runs/7/events/"> follows a run's event stream: the
+//       model's text into its [data-stream-text], tool calls into [data-stream-state],
+//       and when the run ends fires "stream-ended" on it (its hx-trigger fetches it again);
+//   <section data-swap-refusals>          shows a 400 answer to its htmx forms in place
+//       (htmx swaps only 2xx by default): the form with its error.
 (function () {
   "use strict";
 
@@ -29,6 +34,48 @@
     var field = event.target;
     if (field.form && field.hasAttribute && field.hasAttribute("data-autosubmit")) field.form.requestSubmit();
   });
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var status = event.detail.xhr ? event.detail.xhr.status : 0;
+    if (status === 400 && event.detail.elt.closest && event.detail.elt.closest("[data-swap-refusals]")) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
+
+  var ENDS = ["turn_complete", "error", "interrupted"];
+  function follow(element) {
+    if (element.dataset.streaming || !window.EventSource) return;
+    element.dataset.streaming = "1";
+    var source = new EventSource(element.dataset.eventStream);
+    var text = element.querySelector("[data-stream-text]");
+    var state = element.querySelector("[data-stream-state]");
+    function say(message) { if (state) state.textContent = message; }
+    source.addEventListener("processing", function () { say("The analyst is reading…"); });
+    source.addEventListener("tool_call", function (event) {
+      var data = JSON.parse(event.data);
+      say("The analyst is reading with " + data.tool + "…");
+    });
+    source.addEventListener("assistant_chunk", function (event) {
+      if (text) text.appendChild(document.createTextNode(JSON.parse(event.data).text));
+      say("The analyst is answering…");
+    });
+    ENDS.forEach(function (name) {
+      source.addEventListener(name, function () {
+        source.close();
+        if (!document.body.contains(element)) return;
+        if (window.htmx) window.htmx.trigger(element, "stream-ended");
+        else say("Answered: reload the page to see it with its links.");
+      });
+    });
+  }
+  function followAll(root) {
+    if (!root || !root.querySelectorAll) return;
+    if (root.matches && root.matches("[data-event-stream]")) follow(root);
+    root.querySelectorAll("[data-event-stream]").forEach(follow);
+  }
+  document.addEventListener("DOMContentLoaded", function () { followAll(document.body); });
+  document.addEventListener("htmx:load", function (event) { followAll(event.detail.elt); });
 
   document.addEventListener("click", function (event) {
     var button = event.target.closest ? event.target.closest("[data-copy-target]") : null;
