@@ -4,7 +4,7 @@ run's event stream, then shows with its step links, and is there again after a r
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 from django.core.management import call_command
@@ -18,25 +18,32 @@ from tests.browser.test_runs_pages import _console_errors, _sign_in
 
 pytestmark = pytest.mark.browser
 
-# The offline analyst writes its answer at once; given out this slowly, the answer is
-# still being written when the page follows its stream, so the text seen before the end
-# can only have streamed in.
-PIECE_SECONDS = 0.3
+# The offline analyst writes its answer at once. Here its first piece goes out, then the
+# rest waits until the test has seen that piece on the page: the text seen before the end
+# can only have streamed in, whatever the machine's speed.
 
 
 @pytest.fixture
 def slow_offline_analyst(monkeypatch):
     answer = OfflineAnalyst.chat
+    first_piece_seen = threading.Event()
 
     def slow_chat(self, *, on_text=None, **kwargs):
-        def slow(piece):
-            on_text(piece)
-            time.sleep(PIECE_SECONDS)
+        pieces = 0
 
-        return answer(self, on_text=slow if on_text else None, **kwargs)
+        def held(piece):
+            nonlocal pieces
+            on_text(piece)
+            pieces += 1
+            if pieces == 1:
+                first_piece_seen.wait(timeout=120)  # a hang guard, not a pace
+
+        return answer(self, on_text=held if on_text else None, **kwargs)
 
     # The worker runs in a thread of this process (tests/conftest.py), so the patch reaches it.
     monkeypatch.setattr(OfflineAnalyst, "chat", slow_chat)
+    yield first_piece_seen
+    first_piece_seen.set()
 
 
 def test_a_member_asks_about_a_run_and_the_answer_streams_in_with_step_links(
@@ -69,6 +76,7 @@ def test_a_member_asks_about_a_run_and_the_answer_streams_in_with_step_links(
         )
         assert page.locator(f"{panel} [data-event-stream]").count() == 1
         page.screenshot(path=str(artifacts_dir / "analyst-streaming.png"), full_page=True)
+        slow_offline_analyst.set()  # the rest of the answer may come
 
         # Ended: the panel comes again, the answer in full with its citations as links.
         link = f"{panel} a.analyst-cite[href$='#step-row-{failed_step.pk}']"
