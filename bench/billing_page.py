@@ -48,10 +48,12 @@ def load(organization, owner, runs: int) -> None:
         cursor.execute(
             """
             INSERT INTO billing_usagedaily (organization_id, project_id, day, agent_name, model, api_key_id,
-                end_user_id, input_tokens, cached_input_tokens, output_tokens, cost, steps, unpriced_steps)
+                end_user_id, input_tokens, cached_input_tokens, output_tokens, cost, steps, unpriced_steps,
+                category, unit, reported_cost, reported_computed_cost)
             SELECT %s, p.id, %s::date - d, 'agent-' || a, 'model-' || m, NULL, '',
                    (random() * 20000)::bigint, 0, (random() * 2000)::bigint,
-                   round((random() * 0.2)::numeric, 9), (random() * 9)::bigint + 1, (random() < 0.01)::int
+                   round((random() * 0.2)::numeric, 9), (random() * 9)::bigint + 1, (random() < 0.01)::int,
+                   'llm', 'token', 0, 0
               FROM unnest(%s::bigint[]) AS p(id), generate_series(0, %s) AS d,
                    generate_series(1, %s) AS m, generate_series(1, %s) AS a
             """,
