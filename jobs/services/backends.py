@@ -10,7 +10,6 @@ The backend implementations themselves are ``jobs.backends``; this module and
 
 from __future__ import annotations
 
-import json
 import re
 
 from django.conf import settings
@@ -96,7 +95,7 @@ def backend_create(*, organization, actor, name: str, kind: str, config=None, cr
             name=name,
             kind=kind,
             config=config,
-            credentials_ciphertext=crypto.encrypt(json.dumps(credentials)) if credentials else "",
+            credentials_ciphertext=crypto.encrypt_json(credentials),
             credentials_hint=", ".join(sorted(credentials)) if credentials else "",
             created_by=acting_user(actor),
         )
@@ -119,7 +118,7 @@ def backend_update(*, backend: ComputeBackend, actor, config=None, credentials=N
     if not (enabled is False and config is None and credentials is None):
         _check_may_configure(backend.kind, actor)
     new_config = dict(backend.config) if config is None else dict(config)
-    current = json.loads(crypto.decrypt(backend.credentials_ciphertext)) if backend.credentials_ciphertext else {}
+    current = crypto.decrypt_json(backend.credentials_ciphertext)
     new_credentials = current if credentials is None else dict(credentials)
     _check_storable(new_config, new_credentials)
     implementation = _implementation(backend.kind)
@@ -137,7 +136,7 @@ def backend_update(*, backend: ComputeBackend, actor, config=None, credentials=N
     with transaction.atomic():
         backend.config = new_config
         if credentials is not None:
-            backend.credentials_ciphertext = crypto.encrypt(json.dumps(new_credentials)) if new_credentials else ""
+            backend.credentials_ciphertext = crypto.encrypt_json(new_credentials)
             backend.credentials_hint = ", ".join(sorted(new_credentials))
         if enabled is not None:
             backend.enabled = bool(enabled)
