@@ -4,7 +4,6 @@ each in one transaction with its audit event. A job is queued here and run by
 
 from __future__ import annotations
 
-import json
 from datetime import date, timedelta
 
 from django.db import IntegrityError, transaction
@@ -14,7 +13,7 @@ from django.utils import timezone
 from agentops import crypto
 from agentops.errors import Conflict, InvalidRequest
 from agentops.scoping import dangerously_unscoped, organization_scope
-from agentops.services.audit import audit_record
+from agentops.services.audit import acting_user, audit_record
 from evals.bulk_export.destinations import DESTINATION_KINDS
 from evals.bulk_export.kinds import EXPORT_KINDS
 from evals.models import ExportDestination, ExportJob, ExportSchedule
@@ -52,9 +51,9 @@ def destination_create(
         name=name,
         kind=kind,
         config=cleaned,
-        credentials_ciphertext=crypto.encrypt(json.dumps(secrets)) if secrets else "",
+        credentials_ciphertext=crypto.encrypt_json(secrets),
         credentials_hint=hint,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        created_by=acting_user(actor),
     )
     audit_record(
         organization=organization,
@@ -143,7 +142,7 @@ def export_create(
         end_date=end_date,
         tables=tables,
         options=options,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        created_by=acting_user(actor),
     )
     audit_record(
         organization=project.organization,
@@ -183,7 +182,7 @@ def export_retry(*, job: ExportJob, actor, ip=None) -> ExportJob:
         options=job.options,
         attempt=job.attempt + 1,
         retry_of=job,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        created_by=acting_user(actor),
     )
     audit_record(organization=job.organization, actor=actor, action="export.retry", target=retry, ip=ip)
     _enqueue(retry)
@@ -231,7 +230,7 @@ def schedule_create(
         tables=tables,
         every=every,
         next_start=today,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        created_by=acting_user(actor),
     )
     audit_record(
         organization=project.organization,
