@@ -20,7 +20,7 @@ from agentops import crypto
 from agentops.destinations import check_credential_destination
 from agentops.errors import Conflict, Forbidden, InvalidRequest
 from agentops.jsonsafe import storage_problem
-from agentops.services.audit import acting_user, audit_record
+from agentops.services.audit import audit_record, audited_create
 from jobs import hardware as catalog
 from jobs.backends import BackendError, backend_class, backend_for
 from jobs.models import ComputeBackend
@@ -90,24 +90,19 @@ def backend_create(*, organization, actor, name: str, kind: str, config=None, cr
     if ComputeBackend.objects.filter(organization=organization, name=name).exists():
         raise Conflict(f"a backend named {name!r} already exists")
     with transaction.atomic():
-        backend = ComputeBackend.objects.create(
+        return audited_create(
+            ComputeBackend,
             organization=organization,
+            actor=actor,
+            action="compute_backend.create",
+            data={"kind": kind, "config": config},
+            ip=ip,
             name=name,
             kind=kind,
             config=config,
             credentials_ciphertext=crypto.encrypt_json(credentials),
             credentials_hint=", ".join(sorted(credentials)) if credentials else "",
-            created_by=acting_user(actor),
         )
-        audit_record(
-            organization=organization,
-            actor=actor,
-            action="compute_backend.create",
-            target=backend,
-            data={"kind": kind, "config": config},
-            ip=ip,
-        )
-    return backend
 
 
 def backend_update(*, backend: ComputeBackend, actor, config=None, credentials=None, enabled=None, ip=None):
