@@ -12,6 +12,8 @@ rotation and lost with the old key; tests/agentops/test_crypto.py fails when one
 
 from __future__ import annotations
 
+import json
+
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -42,6 +44,16 @@ def decrypt(ciphertext: str) -> str:
         return _fernet().decrypt(ciphertext.encode()).decode()
     except InvalidToken as exc:
         raise DecryptionError("no configured encryption key decrypts this secret") from exc
+
+
+def encrypt_json(value: dict) -> str:
+    """A dict of credentials, encrypted as JSON; "" for none (nothing stored)."""
+    return encrypt(json.dumps(value)) if value else ""
+
+
+def decrypt_json(ciphertext: str) -> dict:
+    """The dict ``encrypt_json`` stored; {} for "" (none stored)."""
+    return json.loads(decrypt(ciphertext)) if ciphertext else {}
 
 
 def is_current(ciphertext: str) -> bool:

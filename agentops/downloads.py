@@ -1,6 +1,6 @@
 """Streamed downloads: a body of text lines read from the database as the client takes
 them, in the organization's scope. Every streamed export of the platform (experiment
-results and leaderboards, job logs, trajectories) sends its lines through here.
+results and leaderboards, job logs, trajectories, the runs export) sends its lines through here.
 
 The scope of the view is gone by the time the body is read, and an ASGI server reads
 each chunk in a fresh copy of the context, so each chunk enters the scope itself. Under

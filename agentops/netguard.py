@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from agentops.errors import InvalidRequest
+
 
 class UnsafeUrlError(ValueError):
     """The URL is malformed or points at a private, loopback or reserved address."""
@@ -57,3 +59,12 @@ def check_outbound_url(url: str, *, allow_private: bool | None = None) -> str:
                 "set ALLOW_PRIVATE_PROVIDER_URLS=true to allow it"
             )
     return url
+
+
+def check_setting_url(url: str, *, field: str) -> str:
+    """``url``, given as the setting ``field``, if the platform may call it; else
+    ``InvalidRequest`` (a 400) naming the field and what is wrong."""
+    try:
+        return check_outbound_url(url)
+    except UnsafeUrlError as exc:
+        raise InvalidRequest(f"{field}: {exc}") from None

@@ -267,10 +267,19 @@ CACHES = {
     }
 }
 
+# A socket of the channel layer waits in a blocking pop of up to 5 s (channels_redis'
+# brpop_timeout) while its WebSocket is idle: its read timeout must be longer, or redis-py's
+# default (5 s) ends the wait first and the page's consumer dies with a TimeoutError.
+CHANNEL_LAYER_SOCKET_TIMEOUT = 15
+CHANNEL_LAYER_URL = (
+    REDIS_URL
+    if "socket_timeout=" in REDIS_URL
+    else f"{REDIS_URL}{'&' if '?' in REDIS_URL else '?'}socket_timeout={CHANNEL_LAYER_SOCKET_TIMEOUT}"
+)
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_KEY_PREFIX}:channels"},
+        "CONFIG": {"hosts": [CHANNEL_LAYER_URL], "prefix": f"{REDIS_KEY_PREFIX}:channels"},
     }
 }
 

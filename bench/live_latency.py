@@ -1,6 +1,6 @@
 """Benchmark: time from a step being stored to an open page's WebSocket receiving it.
 
-A page of the project is connected through the real ASGI WebSocket stack (Channels
+The run's page is connected through the real ASGI WebSocket stack (Channels
 consumer, Redis channel layer on a private embedded Redis, production settings); steps are
 stored one at a time through the write path (`runs.ingest.ingest`, as the
 executor and the ingestion endpoints do) from a worker thread; for each, the time from
@@ -31,6 +31,20 @@ def main() -> None:
 
 def setup():
     return bench_project()
+
+
+def run_page(project) -> str:
+    """The socket URL of the bench run's page (topic ``run:<id>``): the page a stored
+    step of a running run is sent to (runs/live.py)."""
+    from agentops import live
+    from agentops.scoping import organization_scope
+    from runs.models import Run
+
+    with organization_scope(project.organization):
+        run = Run.objects.get(project=project, trace_id="live-bench")
+    return live.live_path(
+        org_slug=project.organization.slug, project_slug=project.slug, topics=[live.topic("run", run.pk)]
+    )
 
 
 def store(project, n: int) -> float:
@@ -74,7 +88,7 @@ async def measure(steps: int) -> None:
 
     user, project = await sync_to_async(setup)()
     await sync_to_async(store)(project, 0)
-    page = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/o/bench/p/{project.slug}/")
+    page = WebsocketCommunicator(URLRouter(websocket_urlpatterns), await sync_to_async(run_page)(project))
     page.scope["user"] = user
     connected, _ = await page.connect()
     assert connected, "the page could not connect"
@@ -88,7 +102,7 @@ async def measure(steps: int) -> None:
     await page.disconnect()
     await sync_to_async(connections.close_all)()
     p95 = percentile(latencies, 0.95)
-    print(f"{steps} steps stored one at a time while a page of the project was open")
+    print(f"{steps} steps stored one at a time while the run's page was open")
     print(
         f"stored -> received on the page's WebSocket: p50 {statistics.median(latencies):.1f} ms, "
         f"p95 {p95:.1f} ms (goal p95 < 200 ms)"

@@ -22,7 +22,7 @@ from django.utils import timezone
 from agentops import crypto
 from agentops.errors import InvalidRequest, PaymentRequired
 from agentops.models import ApiKey, Organization, Project
-from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.netguard import check_setting_url
 from agentops.scoping import organization_scope
 from agentops.services.audit import acting_user, audit_record
 from billing.models import BillingSettings, Budget, UsageDaily
@@ -90,10 +90,7 @@ def _clean_webhook(url: str) -> str:
     url = (url or "").strip()
     if not url:
         return ""
-    try:
-        check_outbound_url(url)
-    except UnsafeUrlError as exc:
-        raise InvalidRequest(f"webhook URL: {exc}") from None
+    check_setting_url(url, field="webhook URL")
     return crypto.encrypt(url)
 
 

@@ -181,6 +181,22 @@ def _item_project():
 class Step(TenantModel):
     """One span of a run: an LLM call, a tool call, a retrieval, an agent or a chain..."""
 
+    # The columns of what a step used and cost: its tokens, computed and reported cost,
+    # and the price it was computed with (small columns, for reads that skip payloads).
+    USAGE_FIELDS = (
+        "input_tokens",
+        "cached_input_tokens",
+        "cache_write_input_tokens",
+        "output_tokens",
+        "reasoning_output_tokens",
+        "cost",
+        "reported_cost",
+        "reported_cost_currency",
+        "reported_cost_source",
+        "unpriced",
+        "price_id",
+    )
+
     class Kind(models.TextChoices):
         AGENT = "agent"
         LLM = "llm"

@@ -27,6 +27,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from agentops.csvexport import to_json
+from agentops.downloads import streaming_download
 from runs import selectors
 from runs.models import Approval, Message, Run, Session, Step
 
@@ -34,6 +35,9 @@ FORMAT = "agentops.trajectory/1"
 CONTENT_TYPE = "application/x-ndjson"
 CURRENCY = "USD"
 RUNS_PER_BATCH = 50
+# Each line is one whole run: a download sends each as soon as it is written.
+LINES_PER_CHUNK = 1
+MAX_SESSION_ID = 200
 
 # Step columns a model call's entry reads (its payloads can be megabytes: never loaded).
 _MODEL_CALL_FIELDS = (
@@ -46,16 +50,29 @@ _MODEL_CALL_FIELDS = (
     "started_at",
     "ended_at",
     "duration_ms",
-    "input_tokens",
-    "cached_input_tokens",
-    "cache_write_input_tokens",
-    "output_tokens",
-    "reasoning_output_tokens",
-    "cost",
-    "reported_cost",
-    "reported_cost_currency",
-    "unpriced",
+    *Step.USAGE_FIELDS,
 )
+
+
+def download(request, lines: Iterable[str], *, organization, filename: str):
+    """``lines`` as a streamed download (``agentops.downloads``), one line per chunk:
+    what the pages' and the API's trajectory downloads answer."""
+    return streaming_download(
+        request,
+        lines,
+        organization=organization,
+        content_type=CONTENT_TYPE,
+        filename=filename,
+        lines_per_chunk=LINES_PER_CHUNK,
+    )
+
+
+def has_conversation(*, project, session_id: str) -> bool:
+    """Whether ``session_id`` names an ingested conversation of ``project`` (runs were
+    sent with it); an id no conversation can have (too long, a NUL) names none."""
+    if len(session_id) > MAX_SESSION_ID or "\x00" in session_id:
+        return False
+    return selectors.session_runs(project=project, session_id=session_id).exists()
 
 
 # -- what the lines cover ------------------------------------------------------------------------

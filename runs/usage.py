@@ -149,17 +149,7 @@ class RunsUsageSource:
                     "name",
                     "model",
                     "started_at",
-                    "input_tokens",
-                    "cached_input_tokens",
-                    "cache_write_input_tokens",
-                    "output_tokens",
-                    "reasoning_output_tokens",
-                    "cost",
-                    "reported_cost",
-                    "reported_cost_currency",
-                    "reported_cost_source",
-                    "unpriced",
-                    "price_id",
+                    *Step.USAGE_FIELDS,
                 )
                 .order_by("started_at", "id")[:limit]
             )

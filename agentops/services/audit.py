@@ -49,6 +49,17 @@ def audit_record(
     return AuditEvent.objects.create(**fields)
 
 
+def audited_create(
+    model, *, organization: Organization, actor, action: str, data: dict | None = None, ip=None, **fields
+):
+    """A new ``model`` row of ``organization`` with ``fields``, ``created_by`` the user
+    behind ``actor`` (``acting_user``), and ``action`` recorded on it. Call inside the
+    caller's transaction."""
+    row = model.objects.create(organization=organization, created_by=acting_user(actor), **fields)
+    audit_record(organization=organization, actor=actor, action=action, target=row, data=data, ip=ip)
+    return row
+
+
 def audited_update(row, changes: dict, *, actor, action: str, data: dict, ip: str | None = None) -> None:
     """Save ``changes`` (field name -> value) on ``row`` (locked by the caller) with a new
     ``updated_at``, writing those columns only, and record ``action`` on it in its

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from agentops_eval import __version__, report
 from agentops_eval.client import ENDED_STATUSES, ApiError, Client, ClientError, ConfigError, ServerError
-from agentops_eval.config import connection_options, make_client, say
+from agentops_eval.config import add_command, make_client, parse_command_line, program_parser, say
 
 EXIT_PASSED = 0
 EXIT_GATE_FAILED = 1
@@ -204,9 +204,13 @@ def _wait_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _experiment_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--experiment", required=True, type=_int_range(1), metavar="ID", help="the experiment's id")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="agentops-eval",
+    parser, commands = program_parser(
+        "agentops-eval",
         description="Run AgentOps Studio experiments from CI and gate on their results.",
         epilog="exit codes:\n"
         "  0  the gate passed (or no conditions and the experiment succeeded)\n"
@@ -215,19 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
         "  3  the experiment failed, was cancelled or did not end within --timeout\n"
         "  4  server or network error after every retry\n\n"
         "The connection options are also accepted after the command. Documentation: docs/ci.md",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"agentops-eval {__version__}")
-    connection_options(parser, suppress=False)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    run = commands.add_parser(
+    run = add_command(
+        commands,
         "run",
         help="start an experiment, wait for it, evaluate the gate",
         description="Start an experiment of AGENT on DATASET, wait for it to end, evaluate the gate "
         "conditions and write the reports.",
     )
-    connection_options(run, suppress=True)
     what = run.add_argument_group("experiment")
     what.add_argument("--dataset", required=True, metavar="NAME", help="the dataset's name")
     what.add_argument("--dataset-version", type=_int_range(1), metavar="N", help="a dataset version (default: latest)")
@@ -267,25 +267,25 @@ def build_parser() -> argparse.ArgumentParser:
     _gate_options(run)
     _wait_options(run)
 
-    gate = commands.add_parser(
+    gate = add_command(
+        commands,
         "gate",
         help="evaluate the gate of an existing experiment (waits for it to end)",
         description="Evaluate the gate conditions on an experiment (waiting for it if it is still running) "
         "and write the reports.",
     )
-    connection_options(gate, suppress=True)
-    gate.add_argument("--experiment", required=True, type=_int_range(1), metavar="ID", help="the experiment's id")
+    _experiment_option(gate)
     _gate_options(gate)
     _wait_options(gate)
 
-    status = commands.add_parser(
+    status = add_command(
+        commands,
         "status",
         help="show an experiment's status and summary",
         description="Print an experiment's status and summary. Exit 0 when it succeeded or is still "
         "queued or running, 3 when it failed or was cancelled.",
     )
-    connection_options(status, suppress=True)
-    status.add_argument("--experiment", required=True, type=_int_range(1), metavar="ID", help="the experiment's id")
+    _experiment_option(status)
     return parser
 
 
@@ -604,25 +604,10 @@ def _write_outputs(args, outcome: report.Outcome) -> bool:
     return written
 
 
-def _tolerant_output() -> None:
-    """Names and model output may hold any character: never fail on a terminal or CI log
-    whose encoding cannot show one."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            try:
-                reconfigure(errors="replace")
-            except (ValueError, OSError):
-                pass
-
-
 def main(argv: list[str] | None = None) -> int:
-    _tolerant_output()
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, or a usage error (argparse exits with 2)
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args = parse_command_line(build_parser(), argv)
+    if isinstance(args, int):
+        return args
 
     if args.command == "status":
         try:

@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agentops_eval import __version__, chat, export
-from agentops_eval.config import connection_options
+from agentops_eval import chat, export
+from agentops_eval.config import parse_command_line, program_parser
 
 #: The commands of ``agentops``: modules exposing ``register(subparsers)``.
 COMMANDS = (chat, export)
@@ -33,8 +33,8 @@ EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="agentops",
+    parser, subparsers = program_parser(
+        "agentops",
         description="Work with AgentOps Studio from a terminal.",
         epilog="exit codes:\n"
         "  0    done\n"
@@ -43,34 +43,16 @@ def build_parser() -> argparse.ArgumentParser:
         "  4    server or network error after every retry\n"
         "  130  left with Ctrl-C\n\n"
         "The connection options are also accepted after the command. Documentation: docs/sessions.md",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"agentops {__version__}")
-    connection_options(parser, suppress=False)
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.register(subparsers)
     return parser
 
 
-def _tolerant_output() -> None:
-    """Model output may hold any character: never fail on a terminal that cannot show one."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            try:
-                reconfigure(errors="replace")
-            except (ValueError, OSError):
-                pass
-
-
 def main(argv: list[str] | None = None) -> int:
-    _tolerant_output()
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, or a usage error (argparse exits with 2)
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args = parse_command_line(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     try:
         return args.handler(args)
     except KeyboardInterrupt:

@@ -28,7 +28,7 @@ import sys
 import time
 
 from agentops_eval.client import ApiError, ClientError, ConfigError, ServerError
-from agentops_eval.config import connection_options, make_client, say
+from agentops_eval.config import add_command, make_client, say
 from agentops_eval.sessions import SessionsApi
 from agentops_eval.sse import Event, StreamRefused, Subscription
 
@@ -74,7 +74,8 @@ class Leave(Exception):
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "chat",
         help="talk with an agent: start a session, or resume one",
         description="Start an interactive session with an agent (--agent) or resume one (--session),\n"
@@ -90,7 +91,6 @@ def register(subparsers) -> None:
         "  130  left with Ctrl-C\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    connection_options(parser, suppress=True)
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--agent", metavar="NAME", help="the agent to talk with, by name (starts a new session)")
     which.add_argument("--session", type=_session_id, metavar="ID", help="resume this session")

@@ -184,34 +184,79 @@ class Client:
         """One API call with retries. Returns the decoded JSON body of a 2xx answer; raises
         ApiError for a 4xx answer, ServerError when every attempt failed. A 429 is waited
         out and retried unless ``retry_throttled`` is False (then it is an ApiError)."""
+        response = self._send(
+            method,
+            path,
+            json=json,
+            params=params,
+            headers=headers,
+            retry_conflict=retry_conflict,
+            retry_throttled=retry_throttled,
+        )
+        return _json_body(response, method, response.url)
+
+    def open_stream(
+        self,
+        path: str,
+        *,
+        content_type: str,
+        timeout: tuple[float, float] = REQUEST_TIMEOUT,
+        retries: int | None = None,
+    ) -> requests.Response:
+        """The streamed answer of ``GET path`` (a download, an event stream), its body not
+        read yet: close it (``with``). Retried as every call until the server starts
+        answering (``retries`` attempts after the first, the client's by default). Raises
+        ApiError (4xx), ConfigError (a redirect), ServerError (every attempt failed, or the
+        answer is not ``content_type``)."""
+        response = self._send(
+            "GET",
+            path,
+            headers={"Accept": f"{content_type}, application/json"},
+            timeout=timeout,
+            retries=retries,
+            stream=True,
+        )
+        answered = response.headers.get("Content-Type", "").split(";")[0].strip()
+        if answered != content_type:
+            response.close()
+            raise ServerError(f"GET {response.url} answered {answered or 'no content type'}, not {content_type}")
+        return response
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        retry_conflict: bool = False,
+        retry_throttled: bool = True,
+        retries: int | None = None,
+        timeout: tuple[float, float] = REQUEST_TIMEOUT,
+        **kwargs,
+    ) -> requests.Response:
+        """The 2xx answer of ``method path``, after the retries ``request`` describes."""
         url = urljoin(self.base, path)
+        retries = self.retries if retries is None else retries
         attempt = 0
         while True:
             delay = self._delay(attempt)
             problem: str
             try:
-                response = self.session.request(
-                    method,
-                    url,
-                    json=json,
-                    params=params,
-                    headers=headers,
-                    timeout=REQUEST_TIMEOUT,
-                    allow_redirects=False,
-                )
+                response = self.session.request(method, url, timeout=timeout, allow_redirects=False, **kwargs)
             except (requests.ConnectionError, requests.Timeout) as exc:
-                problem = f"{method} {url}: {type(exc).__name__}: {_short(exc)}"
+                problem = f"{method} {url}: {type(exc).__name__}: {short(exc)}"
             else:
                 status = response.status_code
                 if 200 <= status < 300:
-                    return _json_body(response, method, url)
+                    return response
                 if 300 <= status < 400:
+                    response.close()
                     location = response.headers.get("Location", "?")
                     raise ConfigError(
                         f"{method} {url} was redirected ({status}) to {location}: "
                         "give the platform's final address in --url / AGENTOPS_URL"
                     )
                 error = _api_error(response)
+                response.close()
                 if status == 429 and not retry_throttled:
                     raise error
                 if status == 429:
@@ -224,10 +269,10 @@ class Client:
                     delay = max(delay, _retry_after(response, default=delay))
                 else:
                     raise error
-            if attempt >= self.retries:
+            if attempt >= retries:
                 raise ServerError(f"{problem} (gave up after {attempt + 1} attempts)")
             attempt += 1
-            self.log(f"{problem}; retrying in {delay:.1f} s (attempt {attempt + 1} of {self.retries + 1})")
+            self.log(f"{problem}; retrying in {delay:.1f} s (attempt {attempt + 1} of {retries + 1})")
             time.sleep(delay)
 
     def _delay(self, attempt: int) -> float:
@@ -254,7 +299,8 @@ def _same_origin(url: str | None) -> str | None:
     return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
-def _short(exc: Exception) -> str:
+def short(exc: Exception) -> str:
+    """An error's text, cut to one readable line's length."""
     text = str(exc)
     return text if len(text) <= 200 else text[:197] + "..."
 

@@ -8,6 +8,7 @@ import argparse
 import os
 import sys
 
+from agentops_eval import __version__
 from agentops_eval.client import Client
 
 ENV_URL = "AGENTOPS_URL"
@@ -30,6 +31,43 @@ def connection_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
         help=f"a project API key with the read and execute scopes; prefer the env var {ENV_API_KEY}, "
         "command lines show up in process lists and logs",
     )
+
+
+def program_parser(prog: str, *, description: str, epilog: str):
+    """A program's parser (``--version``, the connection options) and its commands'
+    subparsers: ``(parser, subparsers)``. The epilog is shown as written."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
+    connection_options(parser, suppress=False)
+    return parser, parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+
+def add_command(subparsers, name: str, **kwargs) -> argparse.ArgumentParser:
+    """A command's parser (``add_parser(name, **kwargs)``) taking the connection options
+    after the command too."""
+    parser = subparsers.add_parser(name, **kwargs)
+    connection_options(parser, suppress=True)
+    return parser
+
+
+def parse_command_line(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit code when argparse ended the program (0 after
+    --help or --version, 2 for a usage error). First makes stdout and stderr replace what
+    they cannot encode: names and model output may hold any character, and a terminal or
+    CI log whose encoding cannot show one must not fail the command."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="replace")
+            except (ValueError, OSError):
+                pass
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
 
 
 def make_client(args, *, prog: str, env=None) -> Client:

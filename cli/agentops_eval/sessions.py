@@ -13,7 +13,7 @@ from urllib.parse import quote, urljoin
 
 import requests
 
-from agentops_eval.client import ApiError, Client
+from agentops_eval.client import ApiError, Client, ClientError
 from agentops_eval.sse import Parser
 
 #: (connect, read): a running turn's stream starts with its events at once.
@@ -96,14 +96,13 @@ class SessionsApi:
     def first_event_id(self, run_id: int) -> int | None:
         """The id of a turn's first event in its session's stream (the run's own stream
         has the same ids), or None when it has none yet or it cannot be read."""
-        url = urljoin(self.client.base, f"runs/{_id(run_id)}/events/")
         try:
-            response = self.client.session.get(url, stream=True, timeout=FIRST_EVENT_TIMEOUT, allow_redirects=False)
-        except requests.RequestException:
+            response = self.client.open_stream(
+                f"runs/{_id(run_id)}/events/", content_type="text/event-stream", timeout=FIRST_EVENT_TIMEOUT, retries=0
+            )
+        except (ClientError, requests.RequestException):
             return None
         try:
-            if response.status_code != 200:
-                return None
             parser = Parser()
             for chunk in response.iter_content(chunk_size=None):
                 for event in parser.feed(chunk):

@@ -19,7 +19,6 @@ class; the services, API and pages read the registry.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
@@ -30,7 +29,7 @@ from django.conf import settings
 
 from agentops import crypto
 from agentops.errors import InvalidRequest
-from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.netguard import UnsafeUrlError, check_outbound_url, check_setting_url
 from evals.bulk_export.errors import ExportFailed
 from evals.hub import HUB_DESTINATION_KIND, NAME_PATTERN
 
@@ -76,9 +75,7 @@ class DestinationKind:
 
 
 def credentials_of(destination) -> dict:
-    if not destination.credentials_ciphertext:
-        return {}
-    return json.loads(crypto.decrypt(destination.credentials_ciphertext))
+    return crypto.decrypt_json(destination.credentials_ciphertext)
 
 
 # -- folder ------------------------------------------------------------------------------
@@ -183,10 +180,7 @@ class S3Destination(DestinationKind):
         if not BUCKET_NAME.match(cleaned["bucket"]):
             raise InvalidRequest("the bucket name must be 3 to 63 lowercase letters, digits, dots or hyphens")
         if cleaned["endpoint_url"]:
-            try:
-                check_outbound_url(cleaned["endpoint_url"])
-            except UnsafeUrlError as exc:
-                raise InvalidRequest(f"endpoint_url: {exc}") from None
+            check_setting_url(cleaned["endpoint_url"], field="endpoint_url")
         cleaned["prefix"] = cleaned["prefix"].strip("/")
         if ".." in cleaned["prefix"].split("/"):
             raise InvalidRequest("the prefix must not contain '..'")
@@ -313,10 +307,7 @@ class HubDestination(DestinationKind):
     def clean(self, config, credentials):
         cleaned, secrets = super().clean(config, credentials)
         if cleaned["endpoint"]:
-            try:
-                check_outbound_url(cleaned["endpoint"])
-            except UnsafeUrlError as exc:
-                raise InvalidRequest(f"endpoint: {exc}") from None
+            check_setting_url(cleaned["endpoint"], field="endpoint")
             cleaned["endpoint"] = cleaned["endpoint"].rstrip("/")
         if cleaned["namespace"] and not NAME_PATTERN.match(cleaned["namespace"]):
             raise InvalidRequest("namespace must be a Hugging Face user or organization name")

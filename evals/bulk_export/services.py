@@ -4,7 +4,6 @@ each in one transaction with its audit event. A job is queued here and run by
 
 from __future__ import annotations
 
-import json
 from datetime import date, timedelta
 
 from django.db import IntegrityError, transaction
@@ -14,7 +13,7 @@ from django.utils import timezone
 from agentops import crypto
 from agentops.errors import Conflict, InvalidRequest
 from agentops.scoping import dangerously_unscoped, organization_scope
-from agentops.services.audit import audit_record
+from agentops.services.audit import audit_record, audited_create
 from evals.bulk_export.destinations import DESTINATION_KINDS
 from evals.bulk_export.kinds import EXPORT_KINDS
 from evals.models import ExportDestination, ExportJob, ExportSchedule
@@ -47,24 +46,19 @@ def destination_create(
     hint = ""
     if secrets:
         hint = secrets.get(destination_kind.credential_fields[0], "")[-4:]
-    destination = ExportDestination.objects.create(
-        organization=organization,
-        name=name,
-        kind=kind,
-        config=cleaned,
-        credentials_ciphertext=crypto.encrypt(json.dumps(secrets)) if secrets else "",
-        credentials_hint=hint,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None,
-    )
-    audit_record(
+    return audited_create(
+        ExportDestination,
         organization=organization,
         actor=actor,
         action="export_destination.create",
-        target=destination,
         data={"kind": kind, "config": cleaned},
         ip=ip,
+        name=name,
+        kind=kind,
+        config=cleaned,
+        credentials_ciphertext=crypto.encrypt_json(secrets),
+        credentials_hint=hint,
     )
-    return destination
 
 
 @transaction.atomic
@@ -133,23 +127,11 @@ def export_create(
     if options is not None and not isinstance(options, dict):
         raise InvalidRequest("options must be a JSON object")
     options = EXPORT_KINDS[kind].clean_options(project, options or {})
-    job = ExportJob.objects.create(
-        organization=project.organization,
-        project=project,
-        kind=kind,
-        destination=destination,
-        destination_label=destination.name,
-        start_date=start_date,
-        end_date=end_date,
-        tables=tables,
-        options=options,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None,
-    )
-    audit_record(
+    job = audited_create(
+        ExportJob,
         organization=project.organization,
         actor=actor,
         action="export.create",
-        target=job,
         data={
             "kind": kind,
             "destination": destination.name,
@@ -158,6 +140,14 @@ def export_create(
             **({"options": options} if options else {}),
         },
         ip=ip,
+        project=project,
+        kind=kind,
+        destination=destination,
+        destination_label=destination.name,
+        start_date=start_date,
+        end_date=end_date,
+        tables=tables,
+        options=options,
     )
     _enqueue(job)
     return job
@@ -170,8 +160,12 @@ def export_retry(*, job: ExportJob, actor, ip=None) -> ExportJob:
         raise Conflict(f"only a failed or cancelled export can be retried; this one is {job.status}")
     if job.destination_id is None:
         raise Conflict("the export's destination was deleted: start a new export")
-    retry = ExportJob.objects.create(
+    retry = audited_create(
+        ExportJob,
         organization=job.organization,
+        actor=actor,
+        action="export.retry",
+        ip=ip,
         project=job.project,
         kind=job.kind,
         destination_id=job.destination_id,
@@ -183,9 +177,7 @@ def export_retry(*, job: ExportJob, actor, ip=None) -> ExportJob:
         options=job.options,
         attempt=job.attempt + 1,
         retry_of=job,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None,
     )
-    audit_record(organization=job.organization, actor=actor, action="export.retry", target=retry, ip=ip)
     _enqueue(retry)
     return retry
 
@@ -223,25 +215,20 @@ def schedule_create(
     destination, tables = _checked(
         project, kind=kind, destination_id=destination_id, tables=tables, start_date=today, end_date=today
     )
-    schedule = ExportSchedule.objects.create(
+    return audited_create(
+        ExportSchedule,
         organization=project.organization,
+        actor=actor,
+        action="export_schedule.create",
+        data={"every": every, "destination": destination.name},
+        ip=ip,
         project=project,
         destination=destination,
         kind=kind,
         tables=tables,
         every=every,
         next_start=today,
-        created_by=actor if getattr(actor, "is_authenticated", False) else None,
     )
-    audit_record(
-        organization=project.organization,
-        actor=actor,
-        action="export_schedule.create",
-        target=schedule,
-        data={"every": every, "destination": destination.name},
-        ip=ip,
-    )
-    return schedule
 
 
 @transaction.atomic

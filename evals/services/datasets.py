@@ -527,20 +527,40 @@ def _change(
     return version
 
 
+def _checked_items(rows, *, what: str) -> list[dict]:
+    """The items of ``rows`` ((where, raw item) pairs, at most the limit of one change),
+    checked strictly with unique keys; ``InvalidRequest`` naming every problem by where,
+    ending with ``what`` (what was not done), when any has one."""
+    rows = list(rows)
+    _check_count(len(rows))
+    problems: list[str] = []
+    checked = [_check_item(raw, where=where, problems=problems, strict=True) for where, raw in rows]
+    if problems:
+        raise _problems_error(problems, what=what)
+    items = [item for item in checked if item is not None]
+    _check_unique_keys(items, what=what)
+    return items
+
+
+def _imported(*, dataset: Dataset, actor, items: list[dict], source: str, audit_data: dict, ip) -> DatasetVersion:
+    """``items`` read from ``source`` (a file's name, a repository) as a new version."""
+    return _change(
+        dataset=dataset,
+        actor=actor,
+        note=f"imported {source} ({len(items)} item{'s' if len(items) != 1 else ''})",
+        action="dataset.import",
+        add=items,
+        audit_data=audit_data,
+        ip=ip,
+    )
+
+
 def items_add(*, dataset: Dataset, actor, items: list[dict], note: str = "", ip: str | None = None) -> DatasetVersion:
     """Add items ({key?, input, expected?, metadata?}) as a new version; an item whose key
     is already in the dataset replaces it. A missing key gets a generated one."""
     if not isinstance(items, list) or not items:
         raise InvalidRequest("give a list of one or more items")
-    _check_count(len(items))
-    problems: list[str] = []
-    checked = [
-        _check_item(raw, where=f"item {index}", problems=problems, strict=True) for index, raw in enumerate(items)
-    ]
-    if problems:
-        raise _problems_error(problems, what="no item was added")
-    new_items = [item for item in checked if item is not None]
-    _check_unique_keys(new_items, what="no item was added")
+    new_items = _checked_items(((f"item {index}", raw) for index, raw in enumerate(items)), what="no item was added")
     return _change(
         dataset=dataset, actor=actor, note=(note or "").strip(), action="dataset.items_add", add=new_items, ip=ip
     )
@@ -551,12 +571,11 @@ def items_import(*, dataset: Dataset, actor, filename: str, content: bytes, ip: 
     problem named by line (see ``parse_import`` and docs/evaluations.md for the formats)."""
     filename = (filename or "").strip() or "upload"
     items = parse_import(filename=filename, content=content)
-    return _change(
+    return _imported(
         dataset=dataset,
         actor=actor,
-        note=f"imported {filename} ({len(items)} item{'s' if len(items) != 1 else ''})",
-        action="dataset.import",
-        add=items,
+        items=items,
+        source=filename,
         audit_data={"filename": filename[:200], "bytes": len(content)},
         ip=ip,
     )
@@ -571,21 +590,9 @@ def items_import_rows(
     version's note and the audit event), e.g. "hf://datasets/acme/qa@1a2b3c (train)"."""
     if not rows:
         raise InvalidRequest(f"{source} has no rows to import")
-    _check_count(len(rows))
-    problems: list[str] = []
-    checked = [_check_item(raw, where=where, problems=problems, strict=True) for where, raw in rows]
-    if problems:
-        raise _problems_error(problems, what="nothing was imported")
-    items = [item for item in checked if item is not None]
-    _check_unique_keys(items, what="nothing was imported")
-    return _change(
-        dataset=dataset,
-        actor=actor,
-        note=f"imported {source} ({len(items)} item{'s' if len(items) != 1 else ''})",
-        action="dataset.import",
-        add=items,
-        audit_data={"source": source[:300]},
-        ip=ip,
+    items = _checked_items(rows, what="nothing was imported")
+    return _imported(
+        dataset=dataset, actor=actor, items=items, source=source, audit_data={"source": source[:300]}, ip=ip
     )
 
 

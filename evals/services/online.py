@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from agentops.errors import InvalidRequest, NotFound
 from agentops.scoping import dangerously_unscoped, organization_scope
-from agentops.services.audit import acting_user, audit_record
+from agentops.services.audit import audit_record, audited_create
 from evals import scoring
 from evals.models import Evaluator, ExperimentResult, OnlineRule, Score
 from runs.models import Run
@@ -135,8 +135,13 @@ def rule_create(
         if OnlineRule.objects.filter(project=project).count() >= MAX_RULES_PER_PROJECT:
             raise InvalidRequest(f"a project has at most {MAX_RULES_PER_PROJECT} online rules; delete one first")
         now = timezone.now()
-        rule = OnlineRule.objects.create(
-            organization_id=project.organization_id,
+        return audited_create(
+            OnlineRule,
+            organization=project.organization,
+            actor=actor,
+            action="online_rule.create",
+            data={"evaluator": chosen.name, "sampling_rate": rate, "filters": cleaned, "enabled": bool(enabled)},
+            ip=ip,
             project=project,
             evaluator=chosen,
             sampling_rate=rate,
@@ -144,18 +149,8 @@ def rule_create(
             enabled=bool(enabled),
             # Runs that ended before the rule existed are not scored: it is for incoming runs.
             cursor_at=now,
-            created_by=acting_user(actor),
             created_at=now,
         )
-        audit_record(
-            organization=project.organization,
-            actor=actor,
-            action="online_rule.create",
-            target=rule,
-            data={"evaluator": chosen.name, "sampling_rate": rate, "filters": cleaned, "enabled": rule.enabled},
-            ip=ip,
-        )
-    return rule
 
 
 def rule_update(

@@ -29,11 +29,8 @@ def backend_class(kind: str) -> type[Backend]:
 def backend_for(compute_backend) -> Backend:
     """The backend implementation of a ``jobs.models.ComputeBackend`` row, with its
     credentials decrypted (for the code that calls the backend only)."""
-    import json
-
     from agentops import crypto
 
-    ciphertext = compute_backend.credentials_ciphertext
-    credentials = json.loads(crypto.decrypt(ciphertext)) if ciphertext else {}
+    credentials = crypto.decrypt_json(compute_backend.credentials_ciphertext)
     implementation = backend_class(compute_backend.kind)
     return implementation(config=dict(compute_backend.config or {}), credentials=credentials)

@@ -34,7 +34,7 @@ from huggingface_hub.errors import HfHubHTTPError, JobNotFoundError
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
 from agentops.hf_client import DEFAULT_ENDPOINT, AddressRefused, RedirectRefused, hub_api
-from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.netguard import UnsafeUrlError, check_setting_url
 from agentops.redact import redact_secrets
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
 
@@ -110,10 +110,7 @@ class HfJobsBackend:
         if endpoint not in (None, ""):
             if not isinstance(endpoint, str):
                 raise InvalidRequest("endpoint must be a URL")
-            try:
-                check_outbound_url(endpoint)
-            except UnsafeUrlError as exc:
-                raise InvalidRequest(f"endpoint: {exc}") from None
+            check_setting_url(endpoint, field="endpoint")
             cleaned["endpoint"] = endpoint.rstrip("/")
         unknown = sorted(set(credentials) - {"token"})
         if unknown:

@@ -52,7 +52,7 @@ from urllib3.util import Retry
 
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
-from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.netguard import UnsafeUrlError, check_outbound_url, check_setting_url
 from agentops.redact import redact_secrets
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
 from jobs.hardware import CATALOG
@@ -147,10 +147,7 @@ class KubernetesBackend:
         host = config.get("host")
         if not isinstance(host, str) or not host:
             raise InvalidRequest("host (the Kubernetes API server's URL) is required")
-        try:
-            check_outbound_url(host)
-        except UnsafeUrlError as exc:
-            raise InvalidRequest(f"host: {exc}") from None
+        check_setting_url(host, field="host")
         cleaned: dict = {"host": host.rstrip("/")}
         namespace = config.get("namespace") or "default"
         if not isinstance(namespace, str) or len(namespace) > 63 or not DNS_LABEL.match(namespace):

@@ -21,7 +21,7 @@ import shlex
 
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
-from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.netguard import UnsafeUrlError, check_outbound_url, check_setting_url
 from agentops.redact import redact_secrets
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
 from jobs.hardware import CATALOG
@@ -172,10 +172,7 @@ class RayBackend:
         if not isinstance(address, str) or not address.strip():
             raise InvalidRequest("address is required: the Ray Jobs API URL, e.g. http://ray-head:8265")
         address = address.strip().rstrip("/")
-        try:
-            check_outbound_url(address)
-        except UnsafeUrlError as exc:
-            raise InvalidRequest(f"address: {exc}") from None
+        check_setting_url(address, field="address")
         cleaned = {"address": address}
         runtime_env = _check_runtime_env(config.get("runtime_env"))
         if runtime_env:

@@ -10,7 +10,6 @@ The backend implementations themselves are ``jobs.backends``; this module and
 
 from __future__ import annotations
 
-import json
 import re
 
 from django.conf import settings
@@ -21,7 +20,7 @@ from agentops import crypto
 from agentops.destinations import check_credential_destination
 from agentops.errors import Conflict, Forbidden, InvalidRequest
 from agentops.jsonsafe import storage_problem
-from agentops.services.audit import acting_user, audit_record
+from agentops.services.audit import audit_record, audited_create
 from jobs import hardware as catalog
 from jobs.backends import BackendError, backend_class, backend_for
 from jobs.models import ComputeBackend
@@ -91,24 +90,19 @@ def backend_create(*, organization, actor, name: str, kind: str, config=None, cr
     if ComputeBackend.objects.filter(organization=organization, name=name).exists():
         raise Conflict(f"a backend named {name!r} already exists")
     with transaction.atomic():
-        backend = ComputeBackend.objects.create(
-            organization=organization,
-            name=name,
-            kind=kind,
-            config=config,
-            credentials_ciphertext=crypto.encrypt(json.dumps(credentials)) if credentials else "",
-            credentials_hint=", ".join(sorted(credentials)) if credentials else "",
-            created_by=acting_user(actor),
-        )
-        audit_record(
+        return audited_create(
+            ComputeBackend,
             organization=organization,
             actor=actor,
             action="compute_backend.create",
-            target=backend,
             data={"kind": kind, "config": config},
             ip=ip,
+            name=name,
+            kind=kind,
+            config=config,
+            credentials_ciphertext=crypto.encrypt_json(credentials),
+            credentials_hint=", ".join(sorted(credentials)) if credentials else "",
         )
-    return backend
 
 
 def backend_update(*, backend: ComputeBackend, actor, config=None, credentials=None, enabled=None, ip=None):
@@ -119,7 +113,7 @@ def backend_update(*, backend: ComputeBackend, actor, config=None, credentials=N
     if not (enabled is False and config is None and credentials is None):
         _check_may_configure(backend.kind, actor)
     new_config = dict(backend.config) if config is None else dict(config)
-    current = json.loads(crypto.decrypt(backend.credentials_ciphertext)) if backend.credentials_ciphertext else {}
+    current = crypto.decrypt_json(backend.credentials_ciphertext)
     new_credentials = current if credentials is None else dict(credentials)
     _check_storable(new_config, new_credentials)
     implementation = _implementation(backend.kind)
@@ -137,7 +131,7 @@ def backend_update(*, backend: ComputeBackend, actor, config=None, credentials=N
     with transaction.atomic():
         backend.config = new_config
         if credentials is not None:
-            backend.credentials_ciphertext = crypto.encrypt(json.dumps(new_credentials)) if new_credentials else ""
+            backend.credentials_ciphertext = crypto.encrypt_json(new_credentials)
             backend.credentials_hint = ", ".join(sorted(new_credentials))
         if enabled is not None:
             backend.enabled = bool(enabled)

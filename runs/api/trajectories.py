@@ -10,7 +10,6 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.renderers import JSONRenderer
 
 from agentops.api.base import ProjectEndpoint
-from agentops.downloads import streaming_download
 from agentops.errors import InvalidRequest, NotFound
 from runs import selectors, trajectories
 from runs.api.views import NdjsonRenderer
@@ -22,9 +21,6 @@ LINES = {
         OpenApiTypes.OBJECT, description=f"JSON Lines: one `{trajectories.FORMAT}` object per run."
     )
 }
-# Each line is one whole run: send each as soon as it is written.
-LINES_PER_CHUNK = 1
-MAX_SESSION_ID = 200
 
 
 class TrajectoryEndpoint(ProjectEndpoint):
@@ -35,14 +31,7 @@ class TrajectoryEndpoint(ProjectEndpoint):
     renderer_classes = [JSONRenderer, NdjsonRenderer]
 
     def download(self, lines, filename: str):
-        return streaming_download(
-            self.request,
-            lines,
-            organization=self.organization,
-            content_type=trajectories.CONTENT_TYPE,
-            filename=filename,
-            lines_per_chunk=LINES_PER_CHUNK,
-        )
+        return trajectories.download(self.request, lines, organization=self.organization, filename=filename)
 
 
 class RunTrajectoryView(TrajectoryEndpoint):
@@ -78,9 +67,7 @@ class ConversationTrajectoryView(TrajectoryEndpoint):
         session_id = request.query_params.get("session", "")
         if not session_id:
             raise InvalidRequest("name the conversation: ?session=<its session id>")
-        if len(session_id) > MAX_SESSION_ID or "\x00" in session_id:
-            raise NotFound("session not found")
-        if not selectors.session_runs(project=self.project, session_id=session_id).exists():
+        if not trajectories.has_conversation(project=self.project, session_id=session_id):
             raise NotFound("session not found")
         return self.download(
             trajectories.conversation_trajectory(project=self.project, session_id=session_id),

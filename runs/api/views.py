@@ -21,7 +21,6 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import F, Q
-from django.http import StreamingHttpResponse
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework.exceptions import NotFound as CursorNotFound
@@ -33,8 +32,8 @@ from rest_framework.utils.urls import replace_query_param
 from agentops.api.base import ProjectEndpoint
 from agentops.api.idempotency import idempotent
 from agentops.api.pagination import CreatedCursorPagination
+from agentops.downloads import streaming_download
 from agentops.errors import InvalidRequest, NotFound
-from agentops.scoping import organization_scope
 from runs import selectors
 from runs.api import agents
 from runs.api import serializers as s
@@ -260,18 +259,18 @@ class RunExportView(RunsEndpoint):
     def get(self, request, org_slug, project_slug):
         filters, sort = parse_run_filters(request)
         queryset = selectors.run_list(project=self.project, filters=filters).order_by(*selectors.SORTABLE[sort])
-        organization = self.organization
-
-        def lines():
-            # The response is consumed after the view returned and left the scope.
-            with organization_scope(organization):
-                serializer = s.RunSerializer()
-                for run in queryset.iterator(chunk_size=EXPORT_CHUNK_SIZE):
-                    yield json.dumps(serializer.to_representation(run), cls=JSONEncoder) + "\n"
-
-        response = StreamingHttpResponse(lines(), content_type="application/x-ndjson")
-        response["Content-Disposition"] = f'attachment; filename="runs-{org_slug}-{project_slug}.jsonl"'
-        return response
+        serializer = s.RunSerializer()
+        lines = (
+            json.dumps(serializer.to_representation(run), cls=JSONEncoder) + "\n"
+            for run in queryset.iterator(chunk_size=EXPORT_CHUNK_SIZE)
+        )
+        return streaming_download(
+            request,
+            lines,
+            organization=self.organization,
+            content_type="application/x-ndjson",
+            filename=f"runs-{org_slug}-{project_slug}.jsonl",
+        )
 
 
 class RunDetailView(RunsEndpoint):

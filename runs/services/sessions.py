@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest, NotFound, TooManyRequests
 from agentops.models import ApiKey
-from agentops.services.audit import audit_record
+from agentops.services.audit import acting_user, audit_record
 from billing.budgets import check_work_allowed
 from runs.execution import create_executed_run, run_cancel, version_spec
 from runs.models import Agent, AgentVersion, Approval, Run, Session, SessionMessage
@@ -49,7 +49,7 @@ def session_create(
             project=project,
             agent=agent,
             agent_version=version,
-            started_by=actor if getattr(actor, "pk", None) and api_key is None else None,
+            started_by=acting_user(actor) if api_key is None else None,
             api_key=api_key,
             title=(title or "").strip()[:200],
         )

@@ -140,6 +140,15 @@ def wants_json(request) -> bool:
     return "application/json" in request.headers.get("Accept", "")
 
 
+def refused(request, exc: ServiceError, back: str):
+    """A service's refusal as the caller asked for it: the API's error body with its
+    status (JSON), or a message on the page at ``back``."""
+    if wants_json(request):
+        return JsonResponse(error_body(exc.code, exc.message, exc.details), status=exc.status)
+    messages.error(request, exc.message)
+    return redirect(back)
+
+
 class ChatSessionAction(ProjectPage):
     """A POST on one session: ``perform`` calls the service and says what was done."""
 
@@ -147,19 +156,17 @@ class ChatSessionAction(ProjectPage):
 
     def post(self, request, org_slug, project_slug, session_id):
         session = services.session_get(project=self.project, session_id=session_id)
+        back = reverse("runs:chat_session", args=[org_slug, project_slug, session.pk])
         try:
             done = self.perform(session, request.POST)
         except NotFound:
             raise
         except ServiceError as exc:
-            if wants_json(request):
-                return JsonResponse(error_body(exc.code, exc.message, exc.details), status=exc.status)
-            messages.error(request, exc.message)
-        else:
-            if wants_json(request):
-                return JsonResponse({"message": done})
-            messages.success(request, done)
-        return redirect("runs:chat_session", org_slug=org_slug, project_slug=project_slug, session_id=session.pk)
+            return refused(request, exc, back)
+        if wants_json(request):
+            return JsonResponse({"message": done})
+        messages.success(request, done)
+        return redirect(back)
 
     def perform(self, session: Session, data) -> str:
         raise NotImplementedError
@@ -282,10 +289,7 @@ class ChatStartAction(ProjectPage):
         except NotFound:
             raise
         except ServiceError as exc:
-            if wants_json(request):
-                return JsonResponse(error_body(exc.code, exc.message, exc.details), status=exc.status)
-            messages.error(request, exc.message)
-            return redirect("runs:chat", org_slug=org_slug, project_slug=project_slug)
+            return refused(request, exc, reverse("runs:chat", args=[org_slug, project_slug]))
         url = reverse("runs:chat_session", args=[org_slug, project_slug, session.pk])
         if wants_json(request):
             return JsonResponse({"message": "Session opened.", "url": url}, status=201)

@@ -6,29 +6,18 @@ from __future__ import annotations
 
 from django.http import Http404
 
-from agentops.downloads import streaming_download
 from agentops.pages import Need, ProjectPage
 from runs import selectors, trajectories
 from runs.services.sessions import session_get
 
 READ = Need("work:read", "download this project's trajectories")
-# Each line is one whole run: send each as soon as it is written.
-LINES_PER_CHUNK = 1
-MAX_SESSION_ID = 200
 
 
 class TrajectoryDownload(ProjectPage):
     permissions = {"GET": READ}
 
     def download(self, request, lines, filename: str):
-        return streaming_download(
-            request,
-            lines,
-            organization=self.organization,
-            content_type=trajectories.CONTENT_TYPE,
-            filename=filename,
-            lines_per_chunk=LINES_PER_CHUNK,
-        )
+        return trajectories.download(request, lines, organization=self.organization, filename=filename)
 
 
 class RunTrajectoryDownload(TrajectoryDownload):
@@ -57,9 +46,7 @@ class ConversationTrajectoryDownload(TrajectoryDownload):
 
     def get(self, request, org_slug, project_slug):
         session_id = request.GET.get("session", "")
-        if not session_id or len(session_id) > MAX_SESSION_ID or "\x00" in session_id:
-            raise Http404("session not found")
-        if not selectors.session_runs(project=self.project, session_id=session_id).exists():
+        if not session_id or not trajectories.has_conversation(project=self.project, session_id=session_id):
             raise Http404("session not found")
         return self.download(
             request,

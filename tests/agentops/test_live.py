@@ -49,6 +49,20 @@ async def test_member_receives_events_announced_to_the_project(tenant):
     await communicator.disconnect()
 
 
+async def test_a_page_idle_longer_than_the_layer_s_blocking_wait_still_receives_events(tenant):
+    """An idle page's consumer waits in the channel layer's blocking pop (``brpop_timeout``
+    seconds at a time): its Redis socket must not time out first, which would end the
+    consumer with a TimeoutError and the page would receive nothing more."""
+    from channels.layers import get_channel_layer
+
+    communicator = await _connect(f"/ws/o/acme/p/{tenant.project.slug}/", tenant.viewer)
+    assert (await communicator.connect())[0]
+    assert await communicator.receive_nothing(timeout=get_channel_layer().brpop_timeout + 1)
+    await announce_async(project=tenant.project, event="run.created", data={"id": 7})
+    assert await communicator.receive_json_from(timeout=5) == {"event": "run.created", "data": {"id": 7}}
+    await communicator.disconnect()
+
+
 async def test_user_of_another_organization_is_refused(tenant, other_tenant):
     communicator = await _connect(f"/ws/o/acme/p/{tenant.project.slug}/", other_tenant.owner)
     connected, code = await communicator.connect()

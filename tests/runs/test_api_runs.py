@@ -8,6 +8,8 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient
 
 from agentops.scoping import organization_scope
 from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
@@ -556,6 +558,31 @@ def test_export_spans_several_database_chunks(tenant, reader, monkeypatch):
     load(tenant.project, runs=[RunEvent(f"e{n}", {"started_at": at(n)}) for n in range(7)])
     lines = export_lines(reader.get(runs_url(tenant, "export/?sort=started_at")))
     assert [run["trace_id"] for run in lines] == [f"e{n}" for n in range(7)]
+
+
+def test_export_under_asgi_is_an_async_stream_with_the_same_lines(tenant, three_runs, reader, make_api_key):
+    """Under ASGI the body is an async iterator (Django would read a synchronous one to its
+    end, in memory, before sending the first byte), and it holds what the export holds."""
+    _key, raw = make_api_key(tenant.project, ("read",))
+    client = AsyncClient()
+
+    async def fetch():
+        response = await client.get(
+            runs_url(tenant, "export/?sort=started_at"), headers={"Authorization": f"Bearer {raw}"}
+        )
+        assert response.is_async
+        return response, b"".join([chunk async for chunk in response.streaming_content])
+
+    response, body = async_to_sync(fetch)()
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/x-ndjson"
+    assert (
+        response["Content-Disposition"]
+        == f'attachment; filename="runs-{tenant.organization.slug}-{tenant.project.slug}.jsonl"'
+    )
+    expected = b"".join(reader.get(runs_url(tenant, "export/?sort=started_at")).streaming_content)
+    assert body == expected
+    assert [json.loads(line)["trace_id"] for line in body.decode().splitlines()] == ["r1", "r2", "r3"]
 
 
 # --- Who may read --------------------------------------------------------------------
