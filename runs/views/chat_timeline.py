@@ -81,7 +81,7 @@ class Turn:
 
     @property
     def ended(self) -> bool:
-        return self.state in ("succeeded", "failed", "interrupted")
+        return self.state == "interrupted" or self.state in Run.ENDED
 
 
 def _text(value: Any) -> str:
