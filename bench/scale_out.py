@@ -36,6 +36,7 @@ could deliver them in time).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import multiprocessing
 import os
@@ -408,6 +409,9 @@ def main() -> None:
     args = parser.parse_args()
 
     shared = Path(tempfile.mkdtemp(prefix="agentops-scaleout-"))
+    # Last of the exit hooks (they run in reverse): after the embedded servers' own, which
+    # count this process out and would write their registries into the folder again.
+    atexit.register(shutil.rmtree, shared, True)
     installations: list[Installation] = []
     try:
         from agentops import embedded
