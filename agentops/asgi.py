@@ -18,6 +18,9 @@ from contextlib import AsyncExitStack  # noqa: E402
 from django.apps import apps  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+from django.core.signals import request_finished  # noqa: E402
+from django.db import connections  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 django_asgi_app = get_asgi_application()
@@ -104,4 +107,21 @@ def _settle_garbage_collector() -> None:
     gc.set_threshold(10_000, *older)
 
 
+def _close_request_connections(**_signal_args) -> None:
+    """Close the database connections of the request that just ended. Under ASGI,
+    Django runs each request's synchronous code in a thread of its own that ends with
+    the request, so a connection kept open for reuse (``CONN_MAX_AGE``) can never serve
+    another request: it stays open, idle, until the garbage collector (tuned above to
+    run rarely) frees it, and a few hundred requests held PostgreSQL's
+    ``max_connections`` (bench/scale_out.py: "too many clients"). Threads shared by
+    requests (``thread_sensitive=False``, the SSE streams) are not this thread and keep
+    theirs."""
+    connections.close_all()
+
+
 _settle_garbage_collector()
+# After Django's own receiver (close_old_connections), in the thread of the request; for
+# requests served through ASGI only (the test client's own handler keeps its connection).
+request_finished.connect(
+    _close_request_connections, sender=ASGIHandler, dispatch_uid="agentops.asgi.close_request_connections"
+)

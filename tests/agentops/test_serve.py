@@ -151,3 +151,108 @@ def test_serve_runs_the_web_server_with_the_lifespan_the_mcp_server_needs_in_a_p
                 os.killpg(process.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_two_installations_on_one_database_run_one_beat_and_workers_that_answer_apart(db, tmp_path):
+    """Two `serve` installations (their own DATA_DIR, the same DATABASE_URL/REDIS_URL),
+    started at once on one host: the one with --no-beat runs web and worker only, and a
+    broadcast ping (what /readyz sends) tells their two workers apart."""
+    from agentops.celery import app
+
+    installations = []
+    for name, extra in (("a", []), ("b", ["--no-beat"])):
+        log_path = tmp_path / f"serve-{name}.log"
+        port = _free_port()
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "manage.py", "serve", "--port", str(port), "--concurrency", "1", *extra],
+                cwd=ROOT,
+                env=worker_environment(DEBUG="true", LOG_LEVEL="WARNING", DATA_DIR=str(tmp_path / name)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        installations.append((process, port, log_path))
+    try:
+        for _process, _port, log_path in installations:
+            _wait_for(lambda p=log_path: b"AgentOps Studio on" in p.read_bytes(), "serve starting", log_path)
+        (serve_a, port_a, log_a), (serve_b, port_b, log_b) = installations
+        _wait_for(lambda: _child(psutil.Process(serve_a.pid), "beat"), "beat starting", log_a)
+        _wait_for(lambda: _child(psutil.Process(serve_b.pid), "worker"), "worker starting", log_b)
+
+        def both_workers_answer():
+            names = {name for reply in app.control.ping(timeout=1.0) or [] for name in reply}
+            return {name.partition("@")[0] for name in names} >= {f"worker-{port_a}", f"worker-{port_b}"}
+
+        _wait_for(both_workers_answer, "both workers answering a ping", log_b)
+        assert _child(psutil.Process(serve_b.pid), "beat") is None
+        assert serve_a.poll() is None and serve_b.poll() is None  # neither failed migrating
+    finally:
+        for process, _port, _log in installations:
+            process.send_signal(signal.SIGTERM)
+        for process, _port, _log in installations:
+            try:
+                process.wait(timeout=60)
+            finally:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _blocked_on(path) -> bool:
+    """Whether some process waits for a lock on ``path`` (a ``->`` line of /proc/locks)."""
+    inode = os.stat(path).st_ino
+    with open("/proc/locks") as locks:
+        return any("->" in line and f":{inode} " in line for line in locks)
+
+
+def test_installations_sharing_a_code_folder_collect_static_files_one_at_a_time(settings, tmp_path):
+    """Two `serve` started at once from one checkout share STATIC_ROOT: the second
+    collection waits for the first instead of deleting its files half-way."""
+    import threading
+
+    from agentops.management.commands.serve import collect_static
+
+    settings.STATIC_ROOT = tmp_path / "staticfiles"
+    lock_path = tmp_path / "staticfiles.lock"
+    lock_path.touch()
+    # The other installation, collecting: it holds the lock.
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; lock = open(sys.argv[1], 'a'); fcntl.flock(lock, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(600)",
+            str(lock_path),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    outcome: list[object] = []
+
+    def collect():
+        try:
+            collect_static()
+            outcome.append("done")
+        except Exception as exc:  # reported by the assertion below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=collect)
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        seen_waiting = False
+        while time.monotonic() < deadline and thread.is_alive():
+            if _blocked_on(lock_path):
+                seen_waiting = True
+                break
+            time.sleep(0.05)
+        assert seen_waiting, f"collected while another installation was collecting: {outcome}"
+        assert not (tmp_path / "staticfiles").exists()  # nothing written while it waited
+    finally:
+        holder.kill()  # the other installation is done
+        holder.wait()
+        thread.join(START_TIMEOUT_SECONDS)
+    assert outcome == ["done"]
+    assert any((tmp_path / "staticfiles").rglob("*.js"))  # then it collected

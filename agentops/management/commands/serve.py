@@ -3,9 +3,11 @@ a Celery worker and Celery beat, each restarted if it exits (agentops/supervisor
 Ctrl-C or SIGTERM stops them all, and with them the embedded PostgreSQL and Redis when
 nothing else uses them."""
 
+import fcntl
 import os
 import signal
 import sys
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
@@ -46,6 +48,19 @@ def web_command(python: str, host: str, port: str, workers: int) -> list[str]:
     ]
 
 
+def collect_static() -> None:
+    """``collectstatic``, one installation at a time per ``STATIC_ROOT``: installations
+    started together from one code folder share it (it is not under ``DATA_DIR``), and
+    two collections at once delete each other's hashed files half-way (FileNotFoundError).
+    The lock (flock, released when the process ends however it ends) is a file beside
+    ``STATIC_ROOT``, where collectstatic writes anyway."""
+    static_root = Path(settings.STATIC_ROOT)
+    static_root.parent.mkdir(parents=True, exist_ok=True)
+    with open(static_root.with_name(static_root.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # waits for another installation's collection
+        call_command("collectstatic", interactive=False, verbosity=0)
+
+
 class Command(BaseCommand):
     help = "Migrate, optionally seed demo data, then keep web server, worker and beat running until Ctrl-C."
 
@@ -60,11 +75,16 @@ class Command(BaseCommand):
             default=int(os.environ.get("WEB_CONCURRENCY") or available_cores()),
             help="Web server processes (default: WEB_CONCURRENCY, else one per available core)",
         )
+        parser.add_argument(
+            "--no-beat",
+            action="store_true",
+            help="Run no Celery beat: for every installation but one that share a database and Redis",
+        )
 
-    def handle(self, *args, demo, host, port, concurrency, web_workers, **options):
+    def handle(self, *args, demo, host, port, concurrency, web_workers, no_beat, **options):
         call_command("migrate", interactive=False, verbosity=0)
         if not settings.DEBUG:
-            call_command("collectstatic", interactive=False, verbosity=0)
+            collect_static()
         if demo:
             credentials = demo_seed()
             # The apps add their samples through their own commands (the core imports no app).
@@ -89,6 +109,11 @@ class Command(BaseCommand):
                 "INFO",
                 "--concurrency",
                 str(concurrency),
+                # Unique per installation even with several on one host (the port is
+                # theirs alone): Celery's default, celery@<host>, would be the same for
+                # all, and their broadcast replies (ping, /readyz) would collide.
+                "--hostname",
+                f"worker-{port}@%h",
             ],
             "beat": [
                 python,
@@ -103,6 +128,9 @@ class Command(BaseCommand):
                 settings.CELERY_BEAT_SCHEDULE_FILENAME,
             ],
         }
+        if no_beat:
+            # Beat is one per deployment: two would schedule every periodic task twice.
+            del commands["beat"]
 
         def say(line: str) -> None:
             self.stderr.write(line)
