@@ -119,8 +119,6 @@ def _execute(run: Run) -> None:
         # first stored. A stored final answer is never asked for again.
         with transaction.atomic():
             store_answer(run, state, step, spec, provider, started, parameters, result, position)
-            if not result.tool_calls:
-                finish_run(run, status=Run.Status.SUCCEEDED, output=result.content)
         if not result.tool_calls:
             return
 
@@ -128,13 +126,11 @@ def _execute(run: Run) -> None:
 def _start(run: Run, state: dict, spec: Spec) -> None:
     """Store the run's start (its root step and first messages) once, and the state it
     begins from."""
-    if not state.get("started"):
-        write(
-            run,
-            runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.RUNNING})],
-            steps=[root_step(run)],
-        )
-        event_append(run=run, type="processing", data={"run": run.pk, "turn": run.turn})
+    batch: dict[str, list] = {}  # stored in one write
+    starting = not state.get("started")
+    if starting:
+        batch["runs"] = [RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.RUNNING})]
+        batch["steps"] = [root_step(run)]
         state["started"] = True
     if "conversation" not in state:  # a forked replay starts with the conversation of its source
         conversation = state.pop("start_conversation", None)  # a replay of an ingested run brings its own
@@ -142,8 +138,7 @@ def _start(run: Run, state: dict, spec: Spec) -> None:
             user_input = run.input if isinstance(run.input, str) else json.dumps(run.input)
             conversation = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
             conversation.append({"role": "user", "content": user_input})
-        write(
-            run,
+        batch.update(
             messages=[
                 MessageEvent(
                     trace_id=run.trace_id,
@@ -156,7 +151,7 @@ def _start(run: Run, state: dict, spec: Spec) -> None:
                     name=message.get("name", ""),
                 )
                 for index, message in enumerate(conversation)
-            ],
+            ]
         )
         state.update(
             conversation=conversation,
@@ -167,3 +162,7 @@ def _start(run: Run, state: dict, spec: Spec) -> None:
             recent_actions=[],
             warned="",
         )
+    if batch:
+        write(run, **batch)
+    if starting:
+        event_append(run=run, type="processing", data={"run": run.pk, "turn": run.turn})

@@ -98,24 +98,19 @@ def _end_with_failed_call(
     transaction (a worker killed in between must not leave a run that asks again)."""
     stream.close()
     chunks.flush()
+    failed = llm_step(
+        run,
+        f"llm-{step}",
+        f"chat {spec.model}",
+        ROOT_SPAN,
+        provider,
+        spec,
+        started,
+        input={"messages": state["conversation"]},
+        error=error,
+    )
     with transaction.atomic():
-        write(
-            run,
-            steps=[
-                llm_step(
-                    run,
-                    f"llm-{step}",
-                    f"chat {spec.model}",
-                    ROOT_SPAN,
-                    provider,
-                    spec,
-                    started,
-                    input={"messages": state["conversation"]},
-                    error=error,
-                )
-            ],
-        )
-        finish_run(run, status=status, error=run_error)
+        finish_run(run, status=status, error=run_error, steps=[failed])
 
 
 def _beating(run: Run, write_piece, chunks: ChunkBuffer):
@@ -141,40 +136,43 @@ def _beating(run: Run, write_piece, chunks: ChunkBuffer):
 
 
 def store_answer(run, state, step, spec, provider, started, parameters, result, position) -> None:
-    """Store a model call (its llm step and the assistant's message) and the state after it."""
-    write(
-        run,
-        steps=[
-            llm_step(
-                run,
-                f"llm-{step}",
-                f"chat {spec.model}",
-                ROOT_SPAN,
-                provider,
-                spec,
-                started,
-                input={"messages": state["conversation"], "parameters": parameters},
-                result=result,
-            )
-        ],
-        messages=[
-            MessageEvent(
-                trace_id=run.trace_id,
-                message_id=f"m{position}",
-                position=position,
-                role="assistant",
-                content=result.content,
-                tool_calls=result.tool_calls,
-                finish_reason=result.finish_reason,
-                span_id=f"llm-{step}",
-                tokens=result.output_tokens,
-            )
-        ],
-    )
+    """Store a model call (its llm step and the assistant's message) and the state after it;
+    a final answer (no tool calls) ends the run (succeeded) in the same write. Call inside
+    a transaction."""
+    steps = [
+        llm_step(
+            run,
+            f"llm-{step}",
+            f"chat {spec.model}",
+            ROOT_SPAN,
+            provider,
+            spec,
+            started,
+            input={"messages": state["conversation"], "parameters": parameters},
+            result=result,
+        )
+    ]
+    messages = [
+        MessageEvent(
+            trace_id=run.trace_id,
+            message_id=f"m{position}",
+            position=position,
+            role="assistant",
+            content=result.content,
+            tool_calls=result.tool_calls,
+            finish_reason=result.finish_reason,
+            span_id=f"llm-{step}",
+            tokens=result.output_tokens,
+        )
+    ]
     state["conversation"].append(_assistant_message(result.content, result.tool_calls))
     state["position"] = position + 1
     state["pending"] = [{**call, "index": index} for index, call in enumerate(result.tool_calls)]
-    save_state(run, state)
+    save_state(run, state)  # checks the claim first: a run another worker took gets nothing written
+    if result.tool_calls:
+        write(run, steps=steps, messages=messages)
+    else:
+        finish_run(run, status=Run.Status.SUCCEEDED, output=result.content, steps=steps, messages=messages)
 
 
 def _assistant_message(content: str, tool_calls: list[dict]) -> dict:

@@ -66,7 +66,9 @@ def event_append(*, type: str, data: dict[str, Any] | None = None, run=None, ses
         raise ValueError(f"unknown event type {type!r}")
     session_id = session.pk if session is not None else getattr(run, "agent_session_id", None)
     owner = session if session is not None else run
-    with transaction.atomic(), connection.cursor() as cursor:
+    # No savepoint inside a caller's transaction (two more statements per event): an error
+    # here fails the caller's whole transaction, and no caller carries on after one.
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         if session_id is not None:
             cursor.execute(
                 "UPDATE runs_session SET event_seq = event_seq + 1, updated_at = %s WHERE id = %s RETURNING event_seq",

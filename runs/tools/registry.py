@@ -18,5 +18,7 @@ def available_tools(*, project) -> dict[str, Tool]:
 
 def tools_for(*, project, names: list[str]) -> dict[str, Tool]:
     """The named tools; names the project no longer has are left out (the caller reports them)."""
+    if not names:  # an agent without tools: nothing to look up
+        return {}
     available = available_tools(project=project)
     return {name: available[name] for name in names if name in available}

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from evals import live, tasks
 from evals.models import Experiment, ExperimentResult, Score
-from evals.scoring import Subject, evaluate, passed
+from evals.scoring import Subject, evaluate, passed, reads_trajectory
 from evals.services.experiments.advance import ACTIVE, experiment_advance
 from evals.services.experiments.totals import count_finished
 from runs.models import Run
@@ -80,7 +80,7 @@ def score_result(*, result_id: int) -> None:
     if experiment.kind == Experiment.Kind.EXECUTED:
         if run is None or run.status not in Run.ENDED:
             return  # not ended yet: its end will bring it back
-        subject = Subject.from_run(run, item=result.item)
+        subject = Subject.from_run(run, item=result.item, trajectory=reads_trajectory(experiment.evaluators))
         error = "" if run.status == Run.Status.SUCCEEDED else (run.error or f"the run {run.status}")
         cost, tokens, latency = run.total_cost, run.input_tokens + run.output_tokens, run.latency_ms
         output = run.output
@@ -179,12 +179,12 @@ def score_result(*, result_id: int) -> None:
             ]
         )
         count_finished(experiment, result)
-        transaction.on_commit(lambda: _announce_result(experiment.pk, result.pk))
+        transaction.on_commit(lambda: _announce_result(experiment, result.pk))
     experiment_advance(experiment_id=experiment.pk)
 
 
-def _announce_result(experiment_id: int, result_id: int) -> None:
-    live.announce_result(experiment_id=experiment_id, result_id=result_id)
+def _announce_result(experiment: Experiment, result_id: int) -> None:
+    live.announce_result(experiment_id=experiment.pk, result_id=result_id, project_id=experiment.project_id)
 
 
 def enqueue_scoring(organization_id: int, result_ids: list[int]) -> None:
