@@ -148,7 +148,8 @@ def store_answer(run, state, step, spec, provider, started, parameters, result, 
             provider,
             spec,
             started,
-            input={"messages": state["conversation"], "parameters": parameters},
+            # A copy: the conversation grows by the answer below, before this is written.
+            input={"messages": list(state["conversation"]), "parameters": parameters},
             result=result,
         )
     ]

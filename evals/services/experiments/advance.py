@@ -39,7 +39,7 @@ def experiment_advance(*, experiment_id: int) -> None:
     with transaction.atomic():
         experiment = (
             Experiment.objects.select_for_update(of=("self",))
-            .select_related("project__organization", "agent_version__agent", "dataset")
+            .select_related("project__organization", "agent_version__agent")
             .filter(pk=experiment_id)
             .first()
         )

@@ -18,7 +18,7 @@ import logging
 from decimal import Decimal
 
 from celery import current_task
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from evals import live, tasks
@@ -33,17 +33,22 @@ logger = logging.getLogger(__name__)
 
 def on_run_ended(sender, run: Run, status: str, **kwargs) -> None:
     """``runs.signals.run_ended`` receiver: the item whose run this is gets scored."""
-    ids = list(
-        ExperimentResult.objects.filter(run_id=run.pk, status=ExperimentResult.Status.RUNNING).values_list(
-            "id", flat=True
+    organization_id = run.organization_id
+    with connection.cursor() as cursor:  # one statement for every run that ends, an item's or not
+        cursor.execute(
+            "UPDATE evals_experimentresult SET status = %s, updated_at = %s "
+            "WHERE organization_id = %s AND run_id = %s AND status = %s RETURNING id",
+            [
+                ExperimentResult.Status.SCORING,
+                timezone.now(),
+                organization_id,
+                run.pk,
+                ExperimentResult.Status.RUNNING,
+            ],
         )
-    )
+        ids = [row[0] for row in cursor.fetchall()]
     if not ids:
         return
-    ExperimentResult.objects.filter(id__in=ids, status=ExperimentResult.Status.RUNNING).update(
-        status=ExperimentResult.Status.SCORING, updated_at=timezone.now()
-    )
-    organization_id = run.organization_id
     transaction.on_commit(lambda: _score_soon(organization_id, ids))
 
 
@@ -69,6 +74,7 @@ def score_result(*, result_id: int) -> None:
     done is left alone, and scores are upserted."""
     result = (
         ExperimentResult.objects.select_related("experiment__project__organization", "item", "run")
+        .defer("run__execution", "run__search")  # the executor's state and the search text: not scored
         .filter(pk=result_id)
         .first()
     )
@@ -114,7 +120,12 @@ def score_result(*, result_id: int) -> None:
     ]
 
     with transaction.atomic():
-        result = ExperimentResult.objects.select_for_update().filter(pk=result_id).first()
+        result = (
+            ExperimentResult.objects.select_for_update()
+            .only("organization_id", "project_id", "status", "updated_at")  # what is checked; the rest is written
+            .filter(pk=result_id)
+            .first()
+        )
         if result is None or result.status not in ACTIVE:
             return
         if result.updated_at != seen:  # reported again meanwhile: that report's scoring task stores it
