@@ -37,7 +37,9 @@ def run_execute(*, run_id: int) -> None:
     point: runs.tasks.execute_run)."""
     if not claim_run(run_id):
         return
-    run = Run.objects.select_related("project", "executed_version", "project__organization").get(pk=run_id)
+    # The agent version is read only for a run started before runs kept their spec in
+    # their state (``_execute``); the search text is never read here.
+    run = Run.objects.select_related("project__organization").defer("search").get(pk=run_id)
     if run.cancel_requested:  # cancelled while it waited, or while no worker was on it
         end_cancelled(run)
         return
