@@ -38,14 +38,16 @@ def main() -> None:
             stop_workers(workers)
 
 
-def start_workers(env: dict[str, str], *, count: int, threads: int) -> list[subprocess.Popen]:
-    """``count`` `celery worker` processes with a pool of ``threads`` threads each."""
+def start_workers(
+    env: dict[str, str], *, count: int, threads: int, program: tuple[str, ...] = ("-m", "celery")
+) -> list[subprocess.Popen]:
+    """``count`` `celery worker` processes with a pool of ``threads`` threads each
+    (``program``: how Python starts Celery, e.g. bench/_stage_worker.py's measuring one)."""
     return [
         subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "celery",
+                *program,
                 "-A",
                 "agentops",
                 "worker",

@@ -31,15 +31,30 @@ def _context(experiment: Experiment) -> dict:
     }
 
 
+def _wanted(experiment_id: int, result_ids: list[int], progress: bool) -> list[str]:
+    wanted = [live.topic("experiment-result", pk) for pk in result_ids]
+    if progress:
+        wanted.append(live.topic("experiment", experiment_id))
+    return wanted
+
+
+def _nobody_listens(project_id: int | None, experiment_id: int, result_ids: list[int], progress: bool) -> bool:
+    """Whether no open page shows the progress block or the rows (asked of Redis by the
+    project's id, so an experiment nobody watches is not even read from the database)."""
+    if project_id is None:
+        return False
+    groups = [
+        live.group_name(project_id=project_id, topic=name) for name in _wanted(experiment_id, result_ids, progress)
+    ]
+    return not live.listening(groups)
+
+
 def _send(experiment: Experiment, *, event: str, progress: bool, result_ids: list[int], data: dict) -> None:
     """Render and send the progress block (topic ``experiment:<id>``) and the rows of
     ``result_ids`` (each to ``experiment-result:<id>``, the pages showing that row), each
     only when an open page shows it."""
     project = experiment.project
-    wanted = [live.topic("experiment-result", pk) for pk in result_ids]
-    if progress:
-        wanted.append(live.topic("experiment", experiment.pk))
-    listening = live.listening_topics(project=project, topics=wanted)
+    listening = live.listening_topics(project=project, topics=_wanted(experiment.pk, result_ids, progress))
     if not listening:
         return
     try:
@@ -64,15 +79,21 @@ def _experiment(experiment_id: int) -> Experiment | None:
     return Experiment.objects.select_related("project__organization").filter(pk=experiment_id).first()
 
 
-def announce_result(*, experiment_id: int, result_id: int) -> None:
-    """Send the progress block and the row of result ``result_id`` (organization in scope)."""
+def announce_result(*, experiment_id: int, result_id: int, project_id: int | None = None) -> None:
+    """Send the progress block and the row of result ``result_id`` (organization in scope).
+    With the experiment's ``project_id``, nothing is read when no page shows either."""
+    if _nobody_listens(project_id, experiment_id, [result_id], progress=True):
+        return
     experiment = _experiment(experiment_id)
     if experiment is not None:
         _send(experiment, event=EVENT, progress=True, result_ids=[result_id], data={"experiment": experiment_id})
 
 
-def announce_started(*, experiment_id: int, result_ids: list[int]) -> None:
-    """Send the rows of items that just started (shown as running)."""
+def announce_started(*, experiment_id: int, result_ids: list[int], project_id: int | None = None) -> None:
+    """Send the rows of items that just started (shown as running); with ``project_id``,
+    nothing is read when no page shows them."""
+    if not result_ids or _nobody_listens(project_id, experiment_id, result_ids, progress=True):
+        return
     experiment = _experiment(experiment_id)
     if experiment is not None and result_ids:
         _send(experiment, event=EVENT, progress=True, result_ids=result_ids, data={"experiment": experiment_id})

@@ -12,7 +12,7 @@ logger = logging.getLogger(__name__)
 WANDB_RETRY_SECONDS = 30
 
 
-@shared_task
+@shared_task(ignore_result=True)  # nobody reads it: no result written to Redis per item
 def advance_experiment(organization_id: int, experiment_id: int) -> None:
     """Start the next items of an experiment, or finish it."""
     from evals.services.experiments import experiment_advance
@@ -21,7 +21,7 @@ def advance_experiment(organization_id: int, experiment_id: int) -> None:
         experiment_advance(experiment_id=experiment_id)
 
 
-@shared_task
+@shared_task(ignore_result=True)  # nobody reads it: no result written to Redis per item
 def score_result(organization_id: int, result_id: int) -> None:
     """Score one item of an experiment whose run ended (or whose output was reported)."""
     from evals.services.experiments import score_result as score

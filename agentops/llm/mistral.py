@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Any
@@ -57,6 +58,39 @@ def _arguments(raw: Any) -> dict:
     return value if isinstance(value, dict) else {"_value": value}
 
 
+@functools.lru_cache(maxsize=1024)
+def _model_for(name: str, typ: Any, config: tuple):
+    """The pydantic model the SDK (un)marshals a value of type ``typ`` through, built once
+    per process (see ``_reuse_sdk_models``)."""
+    from pydantic import ConfigDict, create_model
+
+    return create_model(name, body=(typ, ...), __config__=ConfigDict(**dict(config)))
+
+
+def _reuse_sdk_models() -> None:
+    """Make the SDK keep the models it (un)marshals through. mistralai builds a new pydantic
+    model class (``create_model("Unmarshaller", body=(typ, ...))``) for every request field
+    and every streamed event it reads: about ten per call, most of a call's CPU time. The
+    same type gives the same model, so the one built for a type is kept and used again;
+    a call the cache cannot key (an unhashable type) builds its model as before."""
+    from mistralai.client.utils import serializers
+
+    if getattr(serializers.create_model, "reuses_models", False):
+        return
+    build = serializers.create_model
+
+    def create_model(name, *, body, __config__=None, **rest):
+        if rest:
+            return build(name, body=body, __config__=__config__, **rest)
+        try:
+            return _model_for(name, body[0], tuple(sorted((__config__ or {}).items())))
+        except TypeError:  # an unhashable type or setting: not kept
+            return build(name, body=body, __config__=__config__)
+
+    create_model.reuses_models = True
+    serializers.create_model = create_model
+
+
 class MistralProvider:
     name = "mistral_ai"
 
@@ -64,6 +98,8 @@ class MistralProvider:
         import httpx2
         from mistralai.client import Mistral
         from mistralai.client.utils import BackoffStrategy, RetryConfig
+
+        _reuse_sdk_models()
 
         self.client = Mistral(
             api_key=api_key,

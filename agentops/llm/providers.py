@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -38,7 +39,17 @@ def provider_for(*, organization, model: str) -> ChatProvider:
             "no Mistral API key is configured for this organization: add one under Secrets, or use the offline model"
         )
     api_key, base_url = credentials
-    return _mistral(api_key, base_url, settings.LLM_RETRY_MAX_SECONDS * 1000)
+    return mistral_client(api_key, base_url, settings.LLM_RETRY_MAX_SECONDS * 1000)
+
+
+_building = threading.Lock()
+
+
+def mistral_client(api_key: str, base_url: str, retry_max_elapsed_ms: int) -> MistralProvider:
+    """The process's client for this key, server and retry budget; the threads of a worker
+    starting at once wait for the one being built rather than each build their own."""
+    with _building:
+        return _mistral(api_key, base_url, retry_max_elapsed_ms)
 
 
 @lru_cache(maxsize=64)

@@ -13,7 +13,16 @@ Callers import from this package; importing it registers every kind.
 
 from evals.scoring import human, judge, rules, trajectory, webhook  # noqa: F401 - registers every kind
 from evals.scoring.human import normalise_human
-from evals.scoring.registry import EvaluatorKind, evaluate, get_kind, kinds, passed, spec_of, validate_config
+from evals.scoring.registry import (
+    EvaluatorKind,
+    evaluate,
+    get_kind,
+    kinds,
+    passed,
+    reads_trajectory,
+    spec_of,
+    validate_config,
+)
 from evals.scoring.subject import Outcome, StepView, Subject, ToolCallView
 from evals.scoring.webhook import new_webhook_secret
 
@@ -29,6 +38,7 @@ __all__ = [
     "new_webhook_secret",
     "normalise_human",
     "passed",
+    "reads_trajectory",
     "spec_of",
     "validate_config",
 ]

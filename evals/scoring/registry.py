@@ -45,6 +45,9 @@ class EvaluatorKind:
     try_note: ClassVar[str] = ""
     # Whether its evaluators carry a signing secret (encrypted, shown once).
     signing_secret: ClassVar[bool] = False
+    # Whether ``score`` reads the subject's steps or tool calls (a run's trajectory is
+    # then read from the database; rules that look at the output only say False).
+    reads_trajectory: ClassVar[bool] = True
 
     def clean(self, config: ConfigReader) -> None:
         """Read every setting through ``config`` (which keeps them, cleaned); raise
@@ -86,6 +89,12 @@ def spec_of(evaluator) -> dict:
         "config": dict(evaluator.config or {}),
         "threshold": evaluator.pass_threshold,
     }
+
+
+def reads_trajectory(specs: list[dict]) -> bool:
+    """Whether any of these evaluators reads a run's steps or tool calls (an unknown kind
+    counts as reading them)."""
+    return any(getattr(_KINDS.get(spec.get("kind")), "reads_trajectory", True) for spec in specs)
 
 
 def passed(spec: dict, value: float | None) -> bool | None:

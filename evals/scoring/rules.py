@@ -56,6 +56,7 @@ def _json_output(output: Any) -> tuple[bool, Any]:
 @register
 class ExactMatch(EvaluatorKind):
     name = "exact_match"
+    reads_trajectory = False
     settings = ("field", "case_sensitive", "strip", "expected")
     help = "The output (or one field of it) equals the item's expected output."
     example = {"field": "answer", "case_sensitive": False, "strip": True}
@@ -83,6 +84,7 @@ class ExactMatch(EvaluatorKind):
 @register
 class Contains(EvaluatorKind):
     name = "contains"
+    reads_trajectory = False
     settings = ("value", "case_sensitive")
     help = "The output contains every given text (by default the expected output)."
     example = {"value": ["refund", "order number"], "case_sensitive": False}
@@ -119,6 +121,7 @@ class Contains(EvaluatorKind):
 @register
 class Regex(EvaluatorKind):
     name = "regex"
+    reads_trajectory = False
     settings = ("pattern", "flags")
     help = "The output matches a regular expression."
     example = {"pattern": r"^ORD-\d{6}$", "flags": "m"}
@@ -146,6 +149,7 @@ class Regex(EvaluatorKind):
 @register
 class JsonValid(EvaluatorKind):
     name = "json_valid"
+    reads_trajectory = False
     settings = ()
     help = "The output is valid JSON."
     example = {}
@@ -169,6 +173,7 @@ class JsonValid(EvaluatorKind):
 @register
 class JsonSchema(EvaluatorKind):
     name = "json_schema"
+    reads_trajectory = False
     settings = ("schema",)
     help = "The output is JSON that follows a JSON schema."
     example = {"schema": {"type": "object", "required": ["answer"], "properties": {"answer": {"type": "string"}}}}
@@ -203,6 +208,7 @@ class JsonSchema(EvaluatorKind):
 @register
 class JsonField(EvaluatorKind):
     name = "json_field"
+    reads_trajectory = False
     settings = ("path", "value")
     help = "One field of the JSON output equals a value (by default the same field of the expected output)."
     example = {"path": "order.status", "value": "refunded"}
@@ -233,6 +239,7 @@ class JsonField(EvaluatorKind):
 @register
 class Numeric(EvaluatorKind):
     name = "numeric"
+    reads_trajectory = False
     settings = ("tolerance", "relative", "field", "expected")
     help = "The output (or a field) is a number within a tolerance of the expected one."
     example = {"tolerance": 0.01, "relative": True, "field": "total"}
@@ -272,6 +279,7 @@ class Numeric(EvaluatorKind):
 @register
 class CostLimit(EvaluatorKind):
     name = "cost_limit"
+    reads_trajectory = False
     settings = ("max_cost",)
     help = "The run cost at most a number of dollars."
     example = {"max_cost": 0.05}
@@ -296,6 +304,7 @@ class CostLimit(EvaluatorKind):
 @register
 class LatencyLimit(EvaluatorKind):
     name = "latency_limit"
+    reads_trajectory = False
     settings = ("max_ms",)
     help = "The run took at most a number of milliseconds."
     example = {"max_ms": 10000}

@@ -103,8 +103,9 @@ class Subject:
     run_status: str = ""
 
     @classmethod
-    def from_run(cls, run, *, item=None) -> Subject:
-        """The run's output and trajectory (two queries: steps, tool calls); the item,
+    def from_run(cls, run, *, item=None, trajectory: bool = True) -> Subject:
+        """The run's output and trajectory (two queries: steps, tool calls; none without
+        ``trajectory``, for evaluators that read only the output); the item,
         when given, supplies input, expected and metadata (else the run's input and
         metadata, and no expected output). Needs the run's organization in scope."""
         from runs.models import Step, ToolCall
@@ -114,6 +115,8 @@ class Subject:
             .order_by("started_at", "id")
             .only("kind", "name", "status", "model", "input", "output", "error", "duration_ms", "started_at")
         )
+        if not trajectory:
+            rows = rows.none()
         steps = [
             StepView(
                 kind=row.kind,
@@ -127,12 +130,16 @@ class Subject:
             )
             for row in rows
         ]
-        calls = [
-            ToolCallView(name=row.tool_name, arguments=row.arguments, result=row.result, error=row.error)
-            for row in ToolCall.objects.filter(run=run)
-            .order_by("started_at", "id")
-            .only("tool_name", "arguments", "result", "error", "started_at")
-        ]
+        calls = (
+            [
+                ToolCallView(name=row.tool_name, arguments=row.arguments, result=row.result, error=row.error)
+                for row in ToolCall.objects.filter(run=run)
+                .order_by("started_at", "id")
+                .only("tool_name", "arguments", "result", "error", "started_at")
+            ]
+            if trajectory
+            else []
+        )
         if item is not None:
             item_input, expected, metadata = _item_fields(item)
         else:

@@ -37,7 +37,9 @@ def run_execute(*, run_id: int) -> None:
     point: runs.tasks.execute_run)."""
     if not claim_run(run_id):
         return
-    run = Run.objects.select_related("project", "executed_version", "project__organization").get(pk=run_id)
+    # The agent version is read only for a run started before runs kept their spec in
+    # their state (``_execute``); the search text is never read here.
+    run = Run.objects.select_related("project__organization").defer("search").get(pk=run_id)
     if run.cancel_requested:  # cancelled while it waited, or while no worker was on it
         end_cancelled(run)
         return
@@ -119,8 +121,6 @@ def _execute(run: Run) -> None:
         # first stored. A stored final answer is never asked for again.
         with transaction.atomic():
             store_answer(run, state, step, spec, provider, started, parameters, result, position)
-            if not result.tool_calls:
-                finish_run(run, status=Run.Status.SUCCEEDED, output=result.content)
         if not result.tool_calls:
             return
 
@@ -128,13 +128,11 @@ def _execute(run: Run) -> None:
 def _start(run: Run, state: dict, spec: Spec) -> None:
     """Store the run's start (its root step and first messages) once, and the state it
     begins from."""
-    if not state.get("started"):
-        write(
-            run,
-            runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.RUNNING})],
-            steps=[root_step(run)],
-        )
-        event_append(run=run, type="processing", data={"run": run.pk, "turn": run.turn})
+    batch: dict[str, list] = {}  # stored in one write
+    starting = not state.get("started")
+    if starting:
+        batch["runs"] = [RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.RUNNING})]
+        batch["steps"] = [root_step(run)]
         state["started"] = True
     if "conversation" not in state:  # a forked replay starts with the conversation of its source
         conversation = state.pop("start_conversation", None)  # a replay of an ingested run brings its own
@@ -142,8 +140,7 @@ def _start(run: Run, state: dict, spec: Spec) -> None:
             user_input = run.input if isinstance(run.input, str) else json.dumps(run.input)
             conversation = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
             conversation.append({"role": "user", "content": user_input})
-        write(
-            run,
+        batch.update(
             messages=[
                 MessageEvent(
                     trace_id=run.trace_id,
@@ -156,7 +153,7 @@ def _start(run: Run, state: dict, spec: Spec) -> None:
                     name=message.get("name", ""),
                 )
                 for index, message in enumerate(conversation)
-            ],
+            ]
         )
         state.update(
             conversation=conversation,
@@ -167,3 +164,7 @@ def _start(run: Run, state: dict, spec: Spec) -> None:
             recent_actions=[],
             warned="",
         )
+    if batch:
+        write(run, **batch)
+    if starting:
+        event_append(run=run, type="processing", data={"run": run.pk, "turn": run.turn})

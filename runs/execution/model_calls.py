@@ -87,14 +87,9 @@ def _end_with_failed_call(
     transaction (a worker killed in between must not leave a run that asks again)."""
     stream.close()
     chunks.flush()
+    failed = _chat_step(run, step, spec, provider, started, input={"messages": state["conversation"]}, error=error)
     with transaction.atomic():
-        write(
-            run,
-            steps=[
-                _chat_step(run, step, spec, provider, started, input={"messages": state["conversation"]}, error=error)
-            ],
-        )
-        finish_run(run, status=status, error=run_error)
+        finish_run(run, status=status, error=run_error, steps=[failed])
 
 
 def _chat_step(run: Run, step: int, spec, provider, started, **fields):
@@ -126,38 +121,33 @@ def _beating(run: Run, write_piece, chunks: ChunkBuffer):
 
 
 def store_answer(run, state, step, spec, provider, started, parameters, result, position) -> None:
-    """Store a model call (its llm step and the assistant's message) and the state after it."""
-    write(
-        run,
-        steps=[
-            _chat_step(
-                run,
-                step,
-                spec,
-                provider,
-                started,
-                input={"messages": state["conversation"], "parameters": parameters},
-                result=result,
-            )
-        ],
-        messages=[
-            MessageEvent(
-                trace_id=run.trace_id,
-                message_id=f"m{position}",
-                position=position,
-                role="assistant",
-                content=result.content,
-                tool_calls=result.tool_calls,
-                finish_reason=result.finish_reason,
-                span_id=f"llm-{step}",
-                tokens=result.output_tokens,
-            )
-        ],
-    )
+    """Store a model call (its llm step and the assistant's message) and the state after it;
+    a final answer (no tool calls) ends the run (succeeded) in the same write. Call inside
+    a transaction."""
+    # A copy of the conversation: it grows by the answer below, before this is written.
+    asked = {"messages": list(state["conversation"]), "parameters": parameters}
+    steps = [_chat_step(run, step, spec, provider, started, input=asked, result=result)]
+    messages = [
+        MessageEvent(
+            trace_id=run.trace_id,
+            message_id=f"m{position}",
+            position=position,
+            role="assistant",
+            content=result.content,
+            tool_calls=result.tool_calls,
+            finish_reason=result.finish_reason,
+            span_id=f"llm-{step}",
+            tokens=result.output_tokens,
+        )
+    ]
     state["conversation"].append(_assistant_message(result.content, result.tool_calls))
     state["position"] = position + 1
     state["pending"] = [{**call, "index": index} for index, call in enumerate(result.tool_calls)]
-    save_state(run, state)
+    save_state(run, state)  # checks the claim first: a run another worker took gets nothing written
+    if result.tool_calls:
+        write(run, steps=steps, messages=messages)
+    else:
+        finish_run(run, status=Run.Status.SUCCEEDED, output=result.content, steps=steps, messages=messages)
 
 
 def _assistant_message(content: str, tool_calls: list[dict]) -> dict:

@@ -25,8 +25,12 @@ def write(run: Run, **batch) -> None:
     ingest(project=run.project, redactor=getattr(run, "redactor", None), **batch)
 
 
-def finish_run(run: Run, *, status: str, output: Any = None, error: str = "") -> None:
-    """End the run with ``status`` (its root step too), and say so to the apps above."""
+def finish_run(
+    run: Run, *, status: str, output: Any = None, error: str = "", steps: list = (), messages: list = ()
+) -> None:
+    """End the run with ``status`` (its root step too), and say so to the apps above.
+    ``steps`` and ``messages``: the last ones of the run (its final answer, the call that
+    failed), stored in the same batch as its end: one write, not two."""
     fields: dict[str, Any] = {"status": status, "ended_at": timezone.now()}
     if output is not None:
         fields["output"] = output
@@ -35,7 +39,8 @@ def finish_run(run: Run, *, status: str, output: Any = None, error: str = "") ->
     write(
         run,
         runs=[RunEvent(trace_id=run.trace_id, fields=fields)],
-        steps=[root_step(run, status=status, error=error, output=output, ended=True)],
+        steps=[*steps, root_step(run, status=status, error=error, output=output, ended=True)],
+        messages=list(messages),
     )
     event = {Run.Status.SUCCEEDED: "turn_complete", Run.Status.CANCELLED: "interrupted"}.get(status, "error")
     data = {"run": run.pk, "turn": run.turn, "status": status}

@@ -58,6 +58,21 @@ def channel(kind: str, object_id: int) -> str:
     return f"{settings.REDIS_KEY_PREFIX}:events:{kind}:{int(object_id)}"
 
 
+# The stream's next number and the event with it, in one statement (the UPDATE locks the
+# stream's row until commit).
+_APPEND_TO_SESSION = (
+    "WITH numbered AS (UPDATE runs_session SET event_seq = event_seq + 1, updated_at = %s WHERE id = %s "
+    "RETURNING event_seq) "
+    "INSERT INTO runs_streamevent (organization_id, project_id, session_id, run_id, seq, type, data, created_at) "
+    "SELECT %s, %s, %s, %s, event_seq, %s, %s, %s FROM numbered RETURNING id, seq"
+)
+_APPEND_TO_RUN = (
+    "WITH numbered AS (UPDATE runs_run SET event_seq = event_seq + 1 WHERE id = %s RETURNING event_seq) "
+    "INSERT INTO runs_streamevent (organization_id, project_id, session_id, run_id, seq, type, data, created_at) "
+    "SELECT %s, %s, %s, %s, event_seq, %s, %s, %s FROM numbered RETURNING id, seq"
+)
+
+
 def event_append(*, type: str, data: dict[str, Any] | None = None, run=None, session=None) -> StreamEvent:
     """Append an event to the stream of ``session``, or of ``run`` (its session's when it
     is a turn). Call it last in a transaction that takes other row locks (it locks the
@@ -66,24 +81,43 @@ def event_append(*, type: str, data: dict[str, Any] | None = None, run=None, ses
         raise ValueError(f"unknown event type {type!r}")
     session_id = session.pk if session is not None else getattr(run, "agent_session_id", None)
     owner = session if session is not None else run
-    with transaction.atomic(), connection.cursor() as cursor:
-        if session_id is not None:
-            cursor.execute(
-                "UPDATE runs_session SET event_seq = event_seq + 1, updated_at = %s WHERE id = %s RETURNING event_seq",
-                [timezone.now(), session_id],
-            )
-        else:
-            cursor.execute("UPDATE runs_run SET event_seq = event_seq + 1 WHERE id = %s RETURNING event_seq", [run.pk])
-        seq = cursor.fetchone()[0]
-        event = StreamEvent.objects.create(
-            organization_id=owner.organization_id,
-            project_id=owner.project_id,
-            session_id=session_id,
-            run=run,
-            seq=seq,
-            type=type,
-            data=data or {},
+    # No savepoint inside a caller's transaction (two more statements per event): an error
+    # here fails the caller's whole transaction, and no caller carries on after one. The
+    # number is taken and the event inserted in one statement.
+    if session_id is not None:
+        statement, numbering_params = _APPEND_TO_SESSION, [timezone.now(), session_id]
+    else:
+        statement, numbering_params = _APPEND_TO_RUN, [run.pk]
+    event = StreamEvent(
+        organization_id=owner.organization_id,
+        project_id=owner.project_id,
+        session_id=session_id,
+        run=run,
+        type=type,
+        data=data or {},
+        created_at=timezone.now(),
+    )
+    data_field = StreamEvent._meta.get_field("data")
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute(
+            statement,
+            [
+                *numbering_params,
+                event.organization_id,
+                event.project_id,
+                session_id,
+                run.pk if run is not None else None,
+                type,
+                data_field.get_db_prep_save(event.data, connection),
+                event.created_at,
+            ],
         )
+        row = cursor.fetchone()
+        if row is None:
+            raise StreamEvent.DoesNotExist(f"no stream to append to: {'session' if session_id else 'run'} is gone")
+        event.pk, event.seq = row
+        event._state.adding = False
+        seq = event.seq
         channels = [channel("session", session_id)] if session_id is not None else []
         if run is not None:
             channels.append(channel("run", run.pk))

@@ -33,6 +33,8 @@ def register_toolset(name: str, tools: Callable[..., dict[str, Tool]]) -> None:
 def tools_for(*, project, names: list[str], toolset: str = "") -> dict[str, Tool]:
     """The named tools (of ``toolset`` when one is named, else the project's); names that
     are not there are left out (the caller reports them)."""
+    if not names:  # an agent without tools: nothing to look up
+        return {}
     if toolset:
         source = TOOLSETS.get(toolset)
         available = source(project=project) if source else {}

@@ -22,3 +22,32 @@ def test_a_base_url_that_redirects_gets_an_error_and_the_key_goes_nowhere_else(r
 
     assert redirect_trap.redirected[0]["authorization"] == "Bearer sk-organization-key"
     assert redirect_trap.elsewhere == []
+
+
+def test_calls_after_the_first_build_no_new_sdk_models_and_answer_the_same(fake_mistral):
+    """The SDK builds a pydantic model for each value it reads or writes; the provider keeps
+    them, so a process's later calls (streamed or not) build none, and answer as before."""
+    from agentops.llm.mistral import _model_for
+    from tests.fake_mistral import completion
+
+    provider = MistralProvider(api_key="sk-test", base_url=fake_mistral.url, retry_max_elapsed_ms=500)
+    request = dict(
+        model="mistral-small-latest",
+        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "6*7?"}],
+        tools=[{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}],
+        parameters={"temperature": 0.2},
+        timeout_ms=5000,
+    )
+    answers, built = [], []
+    for _ in range(2):
+        for streamed in (False, True):
+            fake_mistral.reply(completion(content="It is 42.", tool_calls=[("c1", "calc", {"x": 6})]))
+            answers.append(provider.chat(**request, on_text=(lambda piece: None) if streamed else None))
+        built.append(_model_for.cache_info().misses)
+
+    assert built[0] > 0
+    assert built[1] == built[0]  # the second round built nothing new
+    for answer in answers:
+        assert answer.content == "It is 42."
+        assert answer.tool_calls == [{"id": "c1", "name": "calc", "arguments": {"x": 6}}]
+        assert (answer.input_tokens, answer.output_tokens) == (100, 20)

@@ -55,14 +55,14 @@ def _start_one(tenant, name="echo", key="only"):
 
 def _announce_started(tenant, experiment_id, result_id):
     with organization_scope(tenant.organization):
-        announce_started(experiment_id=experiment_id, result_ids=[result_id])
+        announce_started(experiment_id=experiment_id, result_ids=[result_id], project_id=tenant.project.pk)
 
 
 def _finish(tenant, experiment_id, result_id, run_id):
     with organization_scope(tenant.organization):
         run_execute(run_id=run_id)
         score_result(result_id=result_id)
-        announce_result(experiment_id=experiment_id, result_id=result_id)
+        announce_result(experiment_id=experiment_id, result_id=result_id, project_id=tenant.project.pk)
 
 
 def _page(experiment_id, result_id) -> str:
@@ -120,3 +120,13 @@ async def test_an_experiments_page_receives_only_its_own_fragments(tenant):
     assert await other_page.receive_nothing(timeout=0.5)
     await page_a.disconnect()
     await other_page.disconnect()
+
+
+def test_an_experiment_nobody_watches_is_not_read_to_announce_it(tenant, django_assert_num_queries):
+    """With no page of the experiment open, announcing an item started or scored asks Redis
+    who listens and reads nothing from the database (an experiment's items are announced
+    by the hundred)."""
+    experiment_id, result_id, _ = _start_one(tenant)
+    with organization_scope(tenant.organization), django_assert_num_queries(0):
+        announce_started(experiment_id=experiment_id, result_ids=[result_id], project_id=tenant.project.pk)
+        announce_result(experiment_id=experiment_id, result_id=result_id, project_id=tenant.project.pk)

@@ -15,6 +15,7 @@ from evals.services.experiments import (
     experiment_advance,
     experiment_cancel,
     experiment_start,
+    on_run_ended,
     score_result,
     stalled_work,
 )
@@ -69,6 +70,22 @@ def test_no_more_items_run_at_once_than_the_concurrency(tenant, setup):
         # The freed slot started the next item.
         assert ExperimentResult.objects.filter(experiment=experiment, status="running").count() == 3
         assert ExperimentResult.objects.filter(experiment=experiment, status="done").count() == 1
+
+
+def test_an_ended_run_brings_its_item_to_scoring_in_one_statement(
+    tenant, setup, django_assert_num_queries, django_capture_on_commit_callbacks
+):
+    """The executor tells evals of every run's end: an item's run (and any other run)
+    costs one statement there; the item is then being scored, and only its own."""
+    with organization_scope(tenant.organization):
+        experiment = _start(tenant, setup, concurrency=2)
+        experiment_advance(experiment_id=experiment.pk)
+        first, second = ExperimentResult.objects.filter(experiment=experiment, status="running").order_by("id")
+        run = Run.objects.get(pk=first.run_id)
+        with django_capture_on_commit_callbacks(), django_assert_num_queries(1):
+            on_run_ended(sender=Run, run=run, status="succeeded")
+        statuses = dict(ExperimentResult.objects.filter(pk__in=[first.pk, second.pk]).values_list("pk", "status"))
+    assert statuses == {first.pk: "scoring", second.pk: "running"}
 
 
 def test_cancel_stops_new_items_and_keeps_scored_ones(tenant, setup):

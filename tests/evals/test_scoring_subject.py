@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from agentops.scoping import organization_scope
+from evals.scoring import reads_trajectory
 from evals.scoring.subject import Subject, ToolCallView
 from runs.events import RunEvent, StepEvent, ToolCallEvent
 from runs.ingest import ingest
@@ -85,6 +86,20 @@ def test_subject_from_run_takes_input_and_expected_from_the_item(tenant):
     with organization_scope(tenant.organization):
         seen = Subject.from_run(run, item=item)
     assert (seen.input, seen.expected, seen.metadata) == ({"q": "refund"}, "Refunded.", {"split": "test"})
+    assert score("exact_match", {}, seen).value == 1.0
+
+
+def test_output_only_evaluators_score_a_run_without_reading_its_trajectory(tenant, django_assert_num_queries):
+    """Rules that read the output (an experiment's usual evaluators) score from the run row
+    alone; an evaluator reading steps or tool calls gets the trajectory."""
+    run = make_run(tenant)
+    rules = [{"kind": "exact_match"}, {"kind": "contains"}, {"kind": "latency_limit"}]
+    assert not reads_trajectory(rules)
+    assert reads_trajectory([*rules, {"kind": "trajectory"}])
+    assert reads_trajectory([{"kind": "no-such-kind"}])  # unknown: assumed to read it
+    with organization_scope(tenant.organization), django_assert_num_queries(0):
+        seen = Subject.from_run(run, item={"input": "Refund ORD-1", "expected": "Refunded."}, trajectory=False)
+    assert (seen.steps, seen.tool_calls) == ([], [])
     assert score("exact_match", {}, seen).value == 1.0
 
 

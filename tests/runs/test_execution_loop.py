@@ -93,3 +93,24 @@ def test_started_run_executes_on_a_real_worker(tenant, celery_worker):
             break
         time.sleep(0.1)
     assert status == "succeeded"
+
+
+def test_a_run_answered_in_one_call_is_stored_in_few_statements(tenant, django_assert_max_num_queries):
+    """Executing a run the model answers at once (an experiment's item) stores its start in
+    one write and its answer with its end in another: statements sent stay bounded (each
+    write is a dozen), and everything is stored."""
+    with organization_scope(tenant.organization):
+        run = start_run(tenant, tools=[])
+        with django_assert_max_num_queries(32):
+            run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        steps = list(Step.objects.filter(run=run).order_by("started_at", "id").values_list("span_id", "status"))
+        asked = Step.objects.get(run=run, span_id="llm-1").input["messages"]
+        roles = list(Message.objects.filter(run=run).order_by("position").values_list("role", flat=True))
+        events = list(run.stream_events.order_by("seq").values_list("type", flat=True))
+    assert run.status == "succeeded" and run.output and run.ended_at is not None
+    assert steps == [("root", "ok"), ("llm-1", "ok")]
+    assert roles == ["user", "assistant"]
+    assert asked == [{"role": "user", "content": "What is (6 * 7) + 0?"}], "the model call as it was asked"
+    assert run.step_count == 2 and run.llm_call_count == 1
+    assert events[0] == "processing" and events[-1] == "turn_complete"

@@ -39,7 +39,7 @@ def experiment_advance(*, experiment_id: int) -> None:
     with transaction.atomic():
         experiment = (
             Experiment.objects.select_for_update(of=("self",))
-            .select_related("project__organization", "agent_version__agent", "dataset")
+            .select_related("project__organization", "agent_version__agent")
             .filter(pk=experiment_id)
             .first()
         )
@@ -69,7 +69,7 @@ def experiment_advance(*, experiment_id: int) -> None:
                     _start_item(experiment, result)
                 if pending:
                     started = [result.pk for result in pending]
-                    transaction.on_commit(lambda: _announce_started(experiment.pk, started))
+                    transaction.on_commit(lambda: _announce_started(experiment, started))
                 if not pending and active == 0:
                     _finalize(experiment)
         else:  # external: ends when every item is reported and scored, or when its harness says so
@@ -119,8 +119,8 @@ def _start_item(experiment: Experiment, result: ExperimentResult) -> None:
     result.save(update_fields=["run", "status", "started_at", "updated_at"])
 
 
-def _announce_started(experiment_id: int, result_ids: list[int]) -> None:
-    live.announce_started(experiment_id=experiment_id, result_ids=result_ids)
+def _announce_started(experiment: Experiment, result_ids: list[int]) -> None:
+    live.announce_started(experiment_id=experiment.pk, result_ids=result_ids, project_id=experiment.project_id)
 
 
 def _finalize(experiment: Experiment, *, status: str | None = None) -> None:

@@ -18,12 +18,12 @@ import logging
 from decimal import Decimal
 
 from celery import current_task
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from evals import live, tasks
 from evals.models import Experiment, ExperimentResult, Score
-from evals.scoring import Subject, evaluate, passed
+from evals.scoring import Subject, evaluate, passed, reads_trajectory
 from evals.services.experiments.advance import ACTIVE, experiment_advance
 from evals.services.experiments.totals import count_finished
 from runs.models import Run
@@ -33,17 +33,22 @@ logger = logging.getLogger(__name__)
 
 def on_run_ended(sender, run: Run, status: str, **kwargs) -> None:
     """``runs.signals.run_ended`` receiver: the item whose run this is gets scored."""
-    ids = list(
-        ExperimentResult.objects.filter(run_id=run.pk, status=ExperimentResult.Status.RUNNING).values_list(
-            "id", flat=True
+    organization_id = run.organization_id
+    with connection.cursor() as cursor:  # one statement for every run that ends, an item's or not
+        cursor.execute(
+            "UPDATE evals_experimentresult SET status = %s, updated_at = %s "
+            "WHERE organization_id = %s AND run_id = %s AND status = %s RETURNING id",
+            [
+                ExperimentResult.Status.SCORING,
+                timezone.now(),
+                organization_id,
+                run.pk,
+                ExperimentResult.Status.RUNNING,
+            ],
         )
-    )
+        ids = [row[0] for row in cursor.fetchall()]
     if not ids:
         return
-    ExperimentResult.objects.filter(id__in=ids, status=ExperimentResult.Status.RUNNING).update(
-        status=ExperimentResult.Status.SCORING, updated_at=timezone.now()
-    )
-    organization_id = run.organization_id
     transaction.on_commit(lambda: _score_soon(organization_id, ids))
 
 
@@ -69,6 +74,7 @@ def score_result(*, result_id: int) -> None:
     done is left alone, and scores are upserted."""
     result = (
         ExperimentResult.objects.select_related("experiment__project__organization", "item", "run")
+        .defer("run__execution", "run__search")  # the executor's state and the search text: not scored
         .filter(pk=result_id)
         .first()
     )
@@ -80,7 +86,7 @@ def score_result(*, result_id: int) -> None:
     if experiment.kind == Experiment.Kind.EXECUTED:
         if run is None or run.status not in Run.ENDED:
             return  # not ended yet: its end will bring it back
-        subject = Subject.from_run(run, item=result.item)
+        subject = Subject.from_run(run, item=result.item, trajectory=reads_trajectory(experiment.evaluators))
         error = "" if run.status == Run.Status.SUCCEEDED else (run.error or f"the run {run.status}")
         cost, tokens, latency = run.total_cost, run.input_tokens + run.output_tokens, run.latency_ms
         output = run.output
@@ -114,7 +120,12 @@ def score_result(*, result_id: int) -> None:
     ]
 
     with transaction.atomic():
-        result = ExperimentResult.objects.select_for_update().filter(pk=result_id).first()
+        result = (
+            ExperimentResult.objects.select_for_update()
+            .only("organization_id", "project_id", "status", "updated_at")  # what is checked; the rest is written
+            .filter(pk=result_id)
+            .first()
+        )
         if result is None or result.status not in ACTIVE:
             return
         if result.updated_at != seen:  # reported again meanwhile: that report's scoring task stores it
@@ -171,12 +182,12 @@ def score_result(*, result_id: int) -> None:
             ]
         )
         count_finished(experiment, result)
-        transaction.on_commit(lambda: _announce_result(experiment.pk, result.pk))
+        transaction.on_commit(lambda: _announce_result(experiment, result.pk))
     experiment_advance(experiment_id=experiment.pk)
 
 
-def _announce_result(experiment_id: int, result_id: int) -> None:
-    live.announce_result(experiment_id=experiment_id, result_id=result_id)
+def _announce_result(experiment: Experiment, result_id: int) -> None:
+    live.announce_result(experiment_id=experiment.pk, result_id=result_id, project_id=experiment.project_id)
 
 
 def enqueue_scoring(organization_id: int, result_ids: list[int]) -> None:
