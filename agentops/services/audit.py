@@ -60,6 +60,13 @@ def audited_create(
     return row
 
 
+def audited_delete(row, *, organization: Organization, actor, action: str, data: dict | None = None, ip=None) -> None:
+    """Record ``action`` on ``row`` in ``organization`` (while it still has its id), then
+    delete it. Call inside the caller's transaction."""
+    audit_record(organization=organization, actor=actor, action=action, target=row, data=data, ip=ip)
+    row.delete()
+
+
 def audited_update(row, changes: dict, *, actor, action: str, data: dict, ip: str | None = None) -> None:
     """Save ``changes`` (field name -> value) on ``row`` (locked by the caller) with a new
     ``updated_at``, writing those columns only, and record ``action`` on it in its

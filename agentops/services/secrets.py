@@ -10,7 +10,7 @@ from agentops import crypto
 from agentops.errors import InvalidRequest, NotFound
 from agentops.models import Organization, ProviderSecret
 from agentops.netguard import UnsafeUrlError, check_outbound_url
-from agentops.services.audit import audit_record
+from agentops.services.audit import audit_record, audited_delete
 
 
 def provider_secret_set(
@@ -78,15 +78,14 @@ def provider_secret_delete(*, organization: Organization, actor, provider: str, 
         secret = ProviderSecret.objects.filter(organization=organization, provider=provider).first()
         if secret is None:
             raise NotFound(f"no {provider} credentials are saved")
-        audit_record(
+        audited_delete(
+            secret,
             organization=organization,
             actor=actor,
             action="provider_secret.delete",
-            target=secret,
             data={"provider": provider},
             ip=ip,
         )
-        secret.delete()
 
 
 def provider_credentials(*, organization: Organization, provider: str) -> tuple[str, str] | None:

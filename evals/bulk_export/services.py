@@ -13,7 +13,7 @@ from django.utils import timezone
 from agentops import crypto
 from agentops.errors import Conflict, InvalidRequest
 from agentops.scoping import dangerously_unscoped, organization_scope
-from agentops.services.audit import audit_record, audited_create
+from agentops.services.audit import audit_record, audited_create, audited_delete
 from evals.bulk_export.destinations import DESTINATION_KINDS
 from evals.bulk_export.kinds import EXPORT_KINDS
 from evals.models import ExportDestination, ExportJob, ExportSchedule
@@ -66,14 +66,9 @@ def destination_delete(*, destination: ExportDestination, actor, ip=None) -> Non
     """Delete a destination; its past exports keep its name. Refused while a schedule uses it."""
     if destination.schedules.exists():
         raise Conflict("a schedule exports to this destination: delete the schedule first")
-    audit_record(
-        organization=destination.organization,
-        actor=actor,
-        action="export_destination.delete",
-        target=destination,
-        ip=ip,
+    audited_delete(
+        destination, organization=destination.organization, actor=actor, action="export_destination.delete", ip=ip
     )
-    destination.delete()
 
 
 # -- export jobs -----------------------------------------------------------------------------
@@ -234,10 +229,7 @@ def schedule_create(
 @transaction.atomic
 def schedule_delete(*, schedule: ExportSchedule, actor, ip=None) -> None:
     """Stop a schedule; the exports it made stay."""
-    audit_record(
-        organization=schedule.organization, actor=actor, action="export_schedule.delete", target=schedule, ip=ip
-    )
-    schedule.delete()
+    audited_delete(schedule, organization=schedule.organization, actor=actor, action="export_schedule.delete", ip=ip)
 
 
 def start_due_exports(*, today: date | None = None) -> int:

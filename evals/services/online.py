@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from agentops.errors import InvalidRequest, NotFound
 from agentops.scoping import dangerously_unscoped, organization_scope
-from agentops.services.audit import audit_record, audited_create
+from agentops.services.audit import audit_record, audited_create, audited_delete
 from evals import scoring
 from evals.models import Evaluator, ExperimentResult, OnlineRule, Score
 from runs.models import Run
@@ -195,15 +195,14 @@ def rule_update(
 def rule_delete(*, rule: OnlineRule, actor, ip: str | None = None) -> None:
     """Stop and remove a rule; the scores it gave stay on their runs."""
     with transaction.atomic():
-        audit_record(
+        audited_delete(
+            rule,
             organization=rule.project.organization,
             actor=actor,
             action="online_rule.delete",
-            target=rule,
             data={"evaluator": rule.evaluator.name, "scored_count": rule.scored_count},
             ip=ip,
         )
-        rule.delete()
 
 
 def rule_list(*, project) -> QuerySet[OnlineRule]:

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from agentops import crypto
 from agentops.errors import InvalidRequest, NotFound
-from agentops.services.audit import acting_user, audit_record
+from agentops.services.audit import acting_user, audit_record, audited_delete
 from jobs.models import JobSecret
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -56,12 +56,6 @@ def secret_delete(*, organization, actor, name: str, ip=None) -> None:
         secret = JobSecret.objects.filter(organization=organization, name=name).first()
         if secret is None:
             raise NotFound(f"no secret named {name!r}")
-        audit_record(
-            organization=organization,
-            actor=actor,
-            action="job_secret.delete",
-            target=secret,
-            data={"name": name},
-            ip=ip,
+        audited_delete(
+            secret, organization=organization, actor=actor, action="job_secret.delete", data={"name": name}, ip=ip
         )
-        secret.delete()

@@ -139,3 +139,15 @@ def test_a_stored_wandb_base_url_taken_off_the_list_is_refused_when_used(tenant,
         settings.WANDB_ALLOWED_BASE_URLS = ["https://api.wandb.ai"]
         with pytest.raises(UnsafeUrlError, match="WANDB_ALLOWED_BASE_URLS"):
             provider_credentials(organization=tenant.organization, provider="wandb")
+
+
+def test_deleted_credentials_are_gone_and_the_deletion_is_audited_with_the_provider(tenant, client_for):
+    client = client_for(tenant.admin)
+    assert client.put(_url(tenant), {"api_key": PLAINTEXT}, format="json").status_code == 200
+    assert client.delete(_url(tenant)).status_code == 204
+    assert client.delete(_url(tenant)).status_code == 404
+    with organization_scope(tenant.organization):
+        assert not ProviderSecret.objects.exists()
+        event = AuditEvent.objects.get(action="provider_secret.delete")
+    assert (event.target_type, event.data) == ("ProviderSecret", {"provider": "mistral"})
+    assert event.target_id
