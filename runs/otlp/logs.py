@@ -16,7 +16,7 @@ from runs.events import noting
 from runs.otlp.attributes import any_value, attributes_dict, hex_id, parse_json_text, position, text_value
 from runs.otlp.conventions import OPERATION_DETAILS_EVENT
 from runs.otlp.messages import message_event, message_list, normalize_message, system_message
-from runs.otlp.partial_success import UNREADABLE, InvalidItem, MappedBatch
+from runs.otlp.partial_success import UNREADABLE, MappedBatch
 
 # Deprecated GenAI events that older instrumentations send as log records.
 LOG_EVENT_ROLES = {
@@ -80,11 +80,8 @@ def map_logs(request: ExportLogsServiceRequest) -> MappedBatch:
                     span_id = hex_id(record.span_id, 8, "span id") if record.span_id else ""
                     with noting() as notes:
                         messages = log_messages(event_name, record)
-                except InvalidItem as exc:
-                    batch.reject(f"{event_name} log record: {exc}")
-                    continue
-                except UNREADABLE as exc:
-                    batch.reject(f"{event_name} log record could not be read ({type(exc).__name__})")
+                except UNREADABLE as exc:  # InvalidItem among them
+                    batch.reject_item(f"{event_name} log record", exc)
                     continue
                 batch.change(f"{event_name} log record", notes)
                 nanos = record.time_unix_nano or record.observed_time_unix_nano

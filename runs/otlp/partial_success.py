@@ -45,6 +45,14 @@ class MappedBatch:
         if len(self.problems) < MAX_PROBLEMS_REPORTED:
             self.problems.append(reason)
 
+    def reject_item(self, item: str, exc: BaseException) -> None:
+        """Reject ``item`` (its label: "span 0a1b…", "gen_ai.user.message log record")
+        for ``exc``: an ``InvalidItem`` says why; any other error is named by its kind only."""
+        if isinstance(exc, InvalidItem):
+            self.reject(f"{item}: {exc}")
+        else:
+            self.reject(f"{item} could not be read ({type(exc).__name__})")
+
     def change(self, item: str, notes: set[str]) -> None:
         """``item`` was stored with ``notes`` (how its values were made storable)."""
         if not notes:

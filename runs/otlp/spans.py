@@ -235,11 +235,8 @@ def map_traces(request: ExportTraceServiceRequest) -> MappedBatch:
                 try:
                     with noting() as notes:
                         events = map_span(span, resource)
-                except InvalidItem as exc:
-                    batch.reject(f"span {span.span_id.hex() or '(no id)'}: {exc}")
-                    continue
-                except UNREADABLE as exc:
-                    batch.reject(f"span {span.span_id.hex() or '(no id)'} could not be read ({type(exc).__name__})")
+                except UNREADABLE as exc:  # InvalidItem among them
+                    batch.reject_item(f"span {span.span_id.hex() or '(no id)'}", exc)
                     continue
                 batch.change(f"span {span.span_id.hex()}", notes | resource_notes)
                 batch.steps.append(events.step)
