@@ -74,10 +74,15 @@ def _page(experiment_id, result_id) -> str:
     )
 
 
-async def _everything(socket) -> list[str]:
-    frames = []
+async def _everything(socket, *expected) -> list[str]:
+    """The frames ``socket`` receives: until each of ``expected`` (a test of one frame)
+    has been met by one of them (however slow the machine: 60 s is a hang guard), then
+    whatever else follows within half a second."""
+    frames: list[str] = []
+    while not all(any(wanted(frame) for frame in frames) for wanted in expected):
+        frames.append(await socket.receive_from(timeout=60))
     while not await socket.receive_nothing(timeout=0.5):
-        frames.append(await socket.receive_from(timeout=5))
+        frames.append(await socket.receive_from(timeout=60))
     return frames
 
 
@@ -88,12 +93,14 @@ async def test_rows_arrive_as_items_start_and_are_scored(tenant, other_tenant):
     await sync_to_async(_announce_started)(tenant, experiment_id, result_id)
     started = ""
     while f"experiment-{experiment_id}-result-{result_id}" not in started:
-        started = await mine.receive_from(timeout=5)
+        started = await mine.receive_from(timeout=60)
     assert 'data-status="running"' in started
     await sync_to_async(_finish)(tenant, experiment_id, result_id, run_id)
-    received = await _everything(mine)
-    assert any('data-status="done"' in frame for frame in received)
-    assert any(f"experiment-{experiment_id}-progress" in frame for frame in received)
+    done = lambda frame: 'data-status="done"' in frame  # noqa: E731
+    progress = lambda frame: f"experiment-{experiment_id}-progress" in frame  # noqa: E731
+    received = await _everything(mine, done, progress)
+    assert any(done(frame) for frame in received)
+    assert any(progress(frame) for frame in received)
     assert await theirs.receive_nothing(timeout=0.5)
     await mine.disconnect()
     await theirs.disconnect()
@@ -110,10 +117,12 @@ async def test_an_experiments_page_receives_only_its_own_fragments(tenant):
     for experiment_id, result_id, run_id in (a, b):
         await sync_to_async(_announce_started)(tenant, experiment_id, result_id)
         await sync_to_async(_finish)(tenant, experiment_id, result_id, run_id)
-    received = await _everything(page_a)
+    progress = lambda frame: f'id="experiment-{a[0]}-progress"' in frame  # noqa: E731
+    row_done = lambda frame: f'id="experiment-{a[0]}-result-{a[1]}"' in frame and 'data-status="done"' in frame  # noqa: E731
+    received = await _everything(page_a, progress, row_done)
 
-    assert any(f'id="experiment-{a[0]}-progress"' in frame for frame in received)
-    assert any(f'id="experiment-{a[0]}-result-{a[1]}"' in frame and 'data-status="done"' in frame for frame in received)
+    assert any(progress(frame) for frame in received)
+    assert any(row_done(frame) for frame in received)
     ids = {found for frame in received for found in re.findall(r'\bid="([^"]+)"', frame)}
     assert not [found for found in ids if found.startswith(f"experiment-{b[0]}-")], ids
     assert not [found for found in ids if found.startswith("run")], "no run rows nor run pages here"
