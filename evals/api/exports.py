@@ -1,5 +1,6 @@
 """API of exports (docs/exports.md): export destinations of the organization, a
-project's export jobs (create, list, detail, retry, cancel) and export schedules.
+project's export jobs (create, list, detail, retry, cancel), export schedules, and the
+outcome of its Weights & Biases logging (list, retry of a failed one).
 
 Reading jobs and schedules is `work:read` (viewers too); everything that starts,
 changes or stops an export, and every destination, is `export:write` (owners and
@@ -16,12 +17,15 @@ from rest_framework.response import Response
 
 from agentops import url_prefixes
 from agentops.api.base import OrganizationEndpoint, ProjectEndpoint
+from agentops.api.idempotency import idempotent
+from agentops.api.pagination import CreatedCursorPagination
 from agentops.api.serializers import InputSerializer
-from agentops.errors import NotFound
+from agentops.errors import InvalidRequest, NotFound
 from evals.bulk_export import services
 from evals.bulk_export.kinds import EXPORT_KIND_CHOICES
 from evals.bulk_export.tables import TABLE_NAMES
-from evals.models import ExportDestination, ExportJob, ExportSchedule
+from evals.models import ExportDestination, ExportJob, ExportSchedule, WandbExport
+from evals.services.wandb_export import wandb_retry
 
 
 class DestinationSerializer(serializers.ModelSerializer):
@@ -292,6 +296,71 @@ class ScheduleDetailView(ProjectEndpoint):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class WandbExportSerializer(serializers.ModelSerializer):
+    kind = serializers.SerializerMethodField()
+    run = serializers.SerializerMethodField()
+    experiment = serializers.SerializerMethodField()
+
+    class Meta:
+        model = WandbExport
+        fields = ["id", "kind", "run", "experiment", "status", "attempts", "error", "logged_at", "updated_at"]
+        read_only_fields = fields
+
+    def get_kind(self, export) -> str:
+        return "run" if export.run_id else "experiment"
+
+    def get_run(self, export) -> dict | None:
+        run = export.run
+        return {"id": run.pk, "name": run.name or run.trace_id} if run else None
+
+    def get_experiment(self, export) -> dict | None:
+        experiment = export.experiment
+        return {"id": experiment.pk, "name": experiment.name} if experiment else None
+
+
+class WandbExportPagination(CreatedCursorPagination):
+    ordering = ("-updated_at", "-id")
+
+
+class WandbExportEndpoint(ProjectEndpoint):
+    queryset = WandbExport.objects.select_related("run", "experiment")
+    serializer_class = WandbExportSerializer
+    pagination_class = WandbExportPagination
+
+
+class WandbExportListView(WandbExportEndpoint):
+    """The project's Weights & Biases logging of runs and experiments, the most recently
+    changed first; ``?status=queued|logged|failed`` filters."""
+
+    permissions = {"GET": "work:read"}
+
+    def get(self, request, org_slug, project_slug):
+        exports = self.get_queryset()
+        wanted = request.query_params.get("status")
+        if wanted:
+            if wanted not in WandbExport.Status.values:
+                raise InvalidRequest(f"unknown status {wanted!r}: one of {', '.join(WandbExport.Status.values)}")
+            exports = exports.filter(status=wanted)
+        page = self.paginate_queryset(exports)
+        return self.get_paginated_response(WandbExportSerializer(page, many=True).data)
+
+
+class WandbExportRetryView(WandbExportEndpoint):
+    """Queue a failed W&B logging again (409 when it has not failed, or when a setting
+    must change first)."""
+
+    permissions = {"POST": "export:write"}
+
+    @extend_schema(request=None, responses={202: WandbExportSerializer})
+    @idempotent
+    def post(self, request, org_slug, project_slug, wandb_export_id):
+        export = self.get_queryset().filter(pk=wandb_export_id).first()
+        if export is None:
+            raise NotFound("W&B logging not found")
+        export = wandb_retry(export=export, actor=_actor(request), ip=self.client_ip)
+        return Response(WandbExportSerializer(export).data, status=status.HTTP_202_ACCEPTED)
+
+
 org = url_prefixes.API_ORGANIZATION
 project = url_prefixes.API_PROJECT
 
@@ -303,6 +372,12 @@ urlpatterns = [
         name="api-export-destination-detail",
     ),
     path(f"{project}/exports/", ExportListView.as_view(), name="api-export-list"),
+    path(f"{project}/exports/wandb/", WandbExportListView.as_view(), name="api-wandb-export-list"),
+    path(
+        f"{project}/exports/wandb/<int:wandb_export_id>/retry/",
+        WandbExportRetryView.as_view(),
+        name="api-wandb-export-retry",
+    ),
     path(f"{project}/exports/<int:export_id>/", ExportDetailView.as_view(), name="api-export-detail"),
     path(f"{project}/exports/<int:export_id>/retry/", ExportRetryView.as_view(), name="api-export-retry"),
     path(f"{project}/exports/<int:export_id>/cancel/", ExportCancelView.as_view(), name="api-export-cancel"),

@@ -1,7 +1,9 @@
 """Pages of exports: the project's exports (list, a new export, a push to or an import
 from the Hugging Face Hub, schedules, and the organization's destinations), and one
 export's page with its progress (rows per table, refreshed every 2 seconds by htmx while
-it runs), files, log, retry and cancel.
+it runs), files, log, retry and cancel. The exports page also lists the project's
+Weights & Biases logging of runs and experiments (failures first), with a retry of a
+failed one (``evals.services.wandb_export``).
 
 Viewers see exports; owners and admins (``export:write``) start, retry, cancel and
 schedule them and manage destinations. Every write goes through
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
+from django.db.models import Case, IntegerField, Value, When
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.urls import path
@@ -22,7 +25,8 @@ from evals.bulk_export import services
 from evals.bulk_export.kinds import EXPORT_KINDS
 from evals.bulk_export.tables import TABLE_NAMES
 from evals.hub import HUB_DESTINATION_KIND
-from evals.models import Dataset, Experiment, ExportDestination, ExportJob, ExportSchedule
+from evals.models import Dataset, Experiment, ExportDestination, ExportJob, ExportSchedule, WandbExport
+from evals.services.wandb_export import wandb_retry
 
 READ = Need("work:read", "see this project's exports")
 WRITE = Need("export:write", "export this project's data")
@@ -200,6 +204,18 @@ def described(job: ExportJob) -> ExportJob:
     return job
 
 
+def wandb_rows(project, status: str) -> list[WandbExport]:
+    """The project's 50 most recently changed W&B loggings, failures first; ``status``
+    (one of WandbExport.Status, else all) filters."""
+    rows = WandbExport.objects.filter(project=project).select_related("run", "experiment")
+    if status in WandbExport.Status.values:
+        rows = rows.filter(status=status)
+    failed_first = Case(
+        When(status=WandbExport.Status.FAILED, then=Value(0)), default=Value(1), output_field=IntegerField()
+    )
+    return list(rows.order_by(failed_first, "-updated_at", "-id")[:50])
+
+
 def progress_rows(job: ExportJob) -> list[dict]:
     """One row per table of the export: rows written so far, and done or not."""
     written = {entry["table"]: entry for entry in job.files}
@@ -210,8 +226,9 @@ def progress_rows(job: ExportJob) -> list[dict]:
 
 
 class ExportsPage(ProjectPage):
-    """The project's exports; owners and admins start, schedule and configure them
-    (``action``: export, schedule, destination, delete-schedule, delete-destination)."""
+    """The project's exports and W&B logging; owners and admins start, schedule and
+    configure them (``action``: export, schedule, destination, delete-schedule,
+    delete-destination, wandb-retry)."""
 
     permissions = {"GET": READ, "POST": WRITE}
 
@@ -294,6 +311,13 @@ class ExportsPage(ProjectPage):
                 services.schedule_delete(schedule=schedule, actor=request.user, ip=self.ip)
                 messages.success(request, "The schedule is deleted; its exports stay.")
                 return back
+            elif action == "wandb-retry":
+                export = WandbExport.objects.filter(project=self.project, pk=request.POST.get("id") or 0).first()
+                if export is None:
+                    raise Http404("W&B logging not found")
+                wandb_retry(export=export, actor=request.user, ip=self.ip)
+                messages.success(request, "Queued for W&B again; this page shows how it went.")
+                return redirect(f"{back.url}#wandb")
             elif action == "delete-destination":
                 destination = ExportDestination.objects.filter(pk=request.POST.get("id") or 0).first()
                 if destination is None:
@@ -342,6 +366,9 @@ class ExportsPage(ProjectPage):
                 for job in ExportJob.objects.filter(project=self.project).order_by("-created_at", "-id")[:50]
             ],
             "schedules": ExportSchedule.objects.filter(project=self.project).select_related("destination"),
+            "wandb_status": self.request.GET.get("wandb", ""),
+            "wandb_statuses": WandbExport.Status.values,
+            "wandb_exports": wandb_rows(self.project, self.request.GET.get("wandb", "")),
             "destinations": destinations + hub_destinations,
             "file_destinations": destinations,
             "hub_destinations": hub_destinations,

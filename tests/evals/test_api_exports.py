@@ -10,12 +10,17 @@ from datetime import UTC, datetime
 
 import pytest
 
+from agentops.models import AuditEvent
 from agentops.scoping import organization_scope
+from agentops.services.secrets import provider_secret_set
 from evals.bulk_export import services
-from evals.models import ExportDestination, ExportJob
+from evals.models import ExportDestination, ExportJob, WandbExport
+from evals.services.wandb_export import log_runs
+from runs.services.settings import ingest_settings_update
 from tests.evals.factories import make_dataset
 from tests.evals.hub_helpers import hub_destination, run_job
 from tests.evals.test_bulk_export import make_run
+from tests.evals.test_wandb_runs import choose, export_of, ingest_ended_run, logged_runs, wait_for
 from tests.fake_hf_hub import ORG, TOKEN, fake_hf_hub  # noqa: F401 - the fixture
 from tests.isolation import CreateIsolation, ListIsolation, ReadIsolation
 
@@ -278,3 +283,118 @@ def test_another_tenants_dataset_or_hub_job_is_never_reached(tenant, other_tenan
     assert response.status_code == 400 and "no dataset with id" in response.json()["error"]["message"]
     assert client.get(f"{exports_url(tenant)}{foreign_job.pk}/").status_code == 404
     assert client.post(f"{exports_url(tenant)}{foreign_job.pk}/retry/").status_code == 404
+
+
+# --- Weights & Biases logging -------------------------------------------------------------------
+
+
+@pytest.fixture
+def offline(settings, tmp_path):
+    """The real wandb SDK, writing what it would send under ``tmp_path``."""
+    settings.WANDB_MODE = "offline"
+    settings.WANDB_DIR = tmp_path
+    return tmp_path
+
+
+def failed_wandb_run(tenant, settings) -> WandbExport:
+    """A run whose W&B logging failed for good: the saved base URL was taken off the
+    operator's list after it was saved (the worker records the reason)."""
+    settings.WANDB_ALLOWED_BASE_URLS = ["https://api.wandb.ai", "https://wandb.example.com"]
+    choose(tenant, "runs", key=False)
+    with organization_scope(tenant.organization):
+        provider_secret_set(
+            organization=tenant.organization,
+            actor=tenant.owner,
+            provider="wandb",
+            api_key="w" * 40,
+            base_url="https://wandb.example.com",
+        )
+    run = ingest_ended_run(tenant, trace_id=f"trace-{tenant.organization.slug}")
+    settings.WANDB_ALLOWED_BASE_URLS = ["https://api.wandb.ai"]
+    with organization_scope(tenant.organization):
+        log_runs(run_ids=[run.pk], final=True)
+        return WandbExport.objects.get(run=run, status=WandbExport.Status.FAILED)
+
+
+def save_wandb_key(tenant) -> None:
+    """The fix: the key saved again without the refused base URL."""
+    with organization_scope(tenant.organization):
+        provider_secret_set(organization=tenant.organization, actor=tenant.owner, provider="wandb", api_key="w" * 40)
+
+
+def wandb_url(tenant) -> str:
+    return f"{exports_url(tenant)}wandb/"
+
+
+def test_a_failed_wandb_logging_is_listed_and_its_retry_logs_the_run_through_the_sdk(
+    celery_worker, tenant, offline, settings, client_for
+):
+    export = failed_wandb_run(tenant, settings)
+    viewer = client_for(tenant.viewer)
+    listed = viewer.get(wandb_url(tenant))
+    assert listed.status_code == 200, listed.content
+    [row] = listed.json()["results"]
+    assert (row["id"], row["kind"], row["status"], row["attempts"]) == (export.pk, "run", "failed", 1)
+    assert row["run"]["id"] == export.run_id and row["experiment"] is None
+    assert "WANDB_ALLOWED_BASE_URLS" in row["error"]
+    assert [r["id"] for r in viewer.get(f"{wandb_url(tenant)}?status=failed").json()["results"]] == [export.pk]
+    assert viewer.get(f"{wandb_url(tenant)}?status=logged").json()["results"] == []
+    bad = viewer.get(f"{wandb_url(tenant)}?status=broken")
+    assert bad.status_code == 400 and "unknown status 'broken'" in bad.json()["error"]["message"]
+    for role in ("viewer", "member"):
+        assert client_for(tenant.user(role)).post(f"{wandb_url(tenant)}{export.pk}/retry/").status_code == 403
+
+    save_wandb_key(tenant)
+    admin = client_for(tenant.admin)
+    retry_url = f"{wandb_url(tenant)}{export.pk}/retry/"
+    retried = admin.post(retry_url, HTTP_IDEMPOTENCY_KEY="retry-1")
+    assert retried.status_code == 202, retried.content
+    assert retried.json()["id"] == export.pk and retried.json()["status"] in ("queued", "logged")
+    replayed = admin.post(retry_url, HTTP_IDEMPOTENCY_KEY="retry-1")
+    assert replayed.status_code == 202 and replayed.headers["Idempotent-Replayed"] == "true"
+
+    wait_for(lambda: export_of(tenant, export.run).status == WandbExport.Status.LOGGED, "the retry logged")
+    logged = wait_for(
+        lambda: [r for r in logged_runs(offline, f"agentops-run-{export.run_id}") if "cost" in r["summary"]],
+        "the run file",
+    )
+    assert logged[0]["config"]["agentops_run"] == export.run_id and logged[0]["summary"]["status"] == "succeeded"
+    done = export_of(tenant, export.run)
+    assert (done.attempts, done.error) == (2, "") and done.logged_at is not None
+
+    again = admin.post(retry_url)
+    assert (
+        again.status_code == 409
+        and "only a failed W&B logging can be retried; this one is logged" in again.json()["error"]["message"]
+    )
+    with organization_scope(tenant.organization):
+        assert AuditEvent.objects.filter(action="wandb.retry").count() == 1
+
+
+def test_a_wandb_retry_that_needs_a_setting_changed_first_is_a_409_saying_which(tenant, offline, settings, client_for):
+    export = failed_wandb_run(tenant, settings)
+    with organization_scope(tenant.organization):
+        ingest_settings_update(
+            project=tenant.project,
+            actor=tenant.admin,
+            redact=[],
+            custom_patterns=[],
+            retention_days=None,
+            wandb_logging="experiments",
+        )
+    refused = client_for(tenant.owner).post(f"{wandb_url(tenant)}{export.pk}/retry/")
+    assert refused.status_code == 409
+    assert "no longer logs runs to W&B" in refused.json()["error"]["message"]
+    assert export_of(tenant, export.run).status == WandbExport.Status.FAILED
+
+
+def test_another_tenants_wandb_logging_is_not_listed_and_its_retry_is_not_found(
+    tenant, other_tenant, offline, settings, client_for
+):
+    foreign = failed_wandb_run(other_tenant, settings)
+    client = client_for(tenant.owner)
+    assert client.get(wandb_url(tenant)).json()["results"] == []
+    assert client.post(f"{wandb_url(tenant)}{foreign.pk}/retry/").status_code == 404
+    assert client.get(wandb_url(other_tenant)).status_code == 404
+    assert client.post(f"{wandb_url(other_tenant)}{foreign.pk}/retry/").status_code == 404
+    assert WandbExport.dangerously_unscoped_objects.get(pk=foreign.pk).status == WandbExport.Status.FAILED

@@ -8,14 +8,20 @@ from datetime import UTC, datetime
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from agentops.scoping import organization_scope
+from agentops.services.secrets import provider_secret_set
 from evals.bulk_export.runner import export_run
-from evals.models import DatasetItem, ExportDestination, ExportJob
-from tests.evals.factories import make_dataset
+from evals.models import DatasetItem, ExportDestination, ExportJob, WandbExport
+from evals.services.experiments import experiment_start
+from evals.services.wandb_export import log_experiment
+from runs.services.agents import agent_create
+from tests.evals.factories import drive, make_dataset, make_evaluator
 from tests.evals.hub_helpers import hub_destination
-from tests.evals.test_api_exports import make_destination, make_job
+from tests.evals.test_api_exports import make_destination, make_job, offline  # noqa: F401 - the fixture
 from tests.evals.test_bulk_export import make_run
+from tests.evals.test_wandb_runs import choose, ingest_ended_run, wait_for
 from tests.fake_hf_hub import ORG, TOKEN, fake_hf_hub  # noqa: F401 - the fixture
 
 
@@ -217,3 +223,98 @@ def test_a_viewer_cannot_push_or_import(tenant, fake_hf_hub):  # noqa: F811
     ):
         assert client.post(pages(tenant), body).status_code == 403
     assert not ExportJob.dangerously_unscoped_objects.exists()
+
+
+# --- Weights & Biases logging -------------------------------------------------------------------
+
+
+def failed_wandb_experiment(tenant, settings) -> WandbExport:
+    """An ended experiment whose W&B logging failed: the saved base URL was taken off the
+    operator's list after it was saved."""
+    settings.WANDB_ALLOWED_BASE_URLS = ["https://api.wandb.ai", "https://wandb.example.com"]
+    choose(tenant, "experiments", key=False)
+    with organization_scope(tenant.organization):
+        provider_secret_set(
+            organization=tenant.organization,
+            actor=tenant.owner,
+            provider="wandb",
+            api_key="w" * 40,
+            base_url="https://wandb.example.com",
+        )
+        agent = agent_create(project=tenant.project, actor=tenant.member, name="echo", model="offline")
+        dataset = make_dataset(tenant.project, [{"key": "k0", "input": "q0", "expected": "q0"}])
+        evaluator = make_evaluator(tenant.project, "mentions", "contains")
+        experiment = drive(
+            experiment_start(
+                project=tenant.project, actor=tenant.member, dataset=dataset, agent=agent, evaluators=[evaluator]
+            )
+        )
+        settings.WANDB_ALLOWED_BASE_URLS = ["https://api.wandb.ai"]
+        assert log_experiment(experiment_id=experiment.pk) is False
+        return WandbExport.objects.select_related("experiment").get(experiment=experiment)
+
+
+@pytest.mark.usefixtures("offline")
+def test_viewer_sees_wandb_failures_first_with_the_reason_but_no_retry(tenant, settings):
+    failed = failed_wandb_experiment(tenant, settings)
+    with organization_scope(tenant.organization):
+        logged_run = ingest_ended_run(tenant)
+        logged = WandbExport.objects.create(
+            organization=tenant.organization,
+            project=tenant.project,
+            run=logged_run,
+            status=WandbExport.Status.LOGGED,
+            attempts=1,
+            logged_at=timezone.now(),
+        )
+    client = browser(tenant.viewer)
+    body = client.get(pages(tenant)).content.decode()
+    section = body[body.index('id="wandb"') :]
+    assert section.index(f'id="wandb-{failed.pk}"') < section.index(f'id="wandb-{logged.pk}"')  # failures first
+    assert failed.experiment.name in section and f"/evals/experiments/{failed.experiment_id}/" in section
+    assert f"/runs/{logged_run.pk}/" in section
+    assert "WANDB_ALLOWED_BASE_URLS" in section and 'value="wandb-retry"' not in section
+    only_logged = client.get(f"{pages(tenant)}?wandb=logged").content.decode()
+    assert f'id="wandb-{logged.pk}"' in only_logged and f'id="wandb-{failed.pk}"' not in only_logged
+    refused = client.post(pages(tenant), {"action": "wandb-retry", "id": failed.pk})
+    assert refused.status_code == 403
+    assert WandbExport.dangerously_unscoped_objects.get(pk=failed.pk).status == WandbExport.Status.FAILED
+
+
+def test_admin_retries_a_failed_experiment_from_the_page_and_it_is_logged_through_the_sdk(
+    celery_worker,
+    tenant,
+    offline,  # noqa: F811 - the fixture
+    settings,
+):
+    failed = failed_wandb_experiment(tenant, settings)
+    with organization_scope(tenant.organization):
+        provider_secret_set(organization=tenant.organization, actor=tenant.owner, provider="wandb", api_key="w" * 40)
+    client = browser(tenant.admin)
+    page = client.get(pages(tenant)).content.decode()
+    assert 'value="wandb-retry"' in page
+    response = client.post(pages(tenant), {"action": "wandb-retry", "id": failed.pk}, follow=True)
+    assert response.status_code == 200
+    assert "Queued for W&amp;B again" in response.content.decode()
+
+    def logged():
+        with organization_scope(tenant.organization):
+            return WandbExport.objects.get(pk=failed.pk).status == WandbExport.Status.LOGGED
+
+    wait_for(logged, "the retry logged")
+    files = wait_for(
+        lambda: list(offline.glob(f"wandb/offline-run-*/run-agentops-experiment-{failed.experiment_id}.wandb")),
+        "the file",
+    )
+    assert len(files) == 1
+    again = client.post(pages(tenant), {"action": "wandb-retry", "id": failed.pk}, follow=True)
+    assert "only a failed W&amp;B logging can be retried; this one is logged" in again.content.decode()
+
+
+@pytest.mark.usefixtures("offline")
+def test_another_tenants_wandb_logging_cannot_be_retried_from_the_page(tenant, other_tenant, settings):
+    foreign = failed_wandb_experiment(other_tenant, settings)
+    client = browser(tenant.owner)
+    assert f'id="wandb-{foreign.pk}"' not in client.get(pages(tenant)).content.decode()
+    assert client.post(pages(tenant), {"action": "wandb-retry", "id": foreign.pk}).status_code == 404
+    assert WandbExport.dangerously_unscoped_objects.get(pk=foreign.pk).status == WandbExport.Status.FAILED

@@ -6,13 +6,15 @@ the project's settings choose (``IngestSettings.wandb_logging``): off, ended exp
 - ``client``: the SDK (``wandb``, a runtime requirement), the key, the project's choice,
   and the ``WandbExport`` row that records each outcome;
 - ``experiments``: an ended experiment's metrics and per-item table;
-- ``runs``: every ended run, its scores as they arrive.
+- ``runs``: every ended run, its scores as they arrive;
+- ``retry``: a person's retry of a failed one (the exports page and API).
 
 ``settings.WANDB_MODE`` is "online" by default; tests use "offline", which writes the
 runs to ``WANDB_DIR`` through the real SDK.
 """
 
 from evals.services.wandb_export.experiments import log_experiment, wandb_payload
+from evals.services.wandb_export.retry import wandb_retry
 from evals.services.wandb_export.runs import log_runs, on_run_ended, run_payload, sweep
 
-__all__ = ["log_experiment", "log_runs", "on_run_ended", "run_payload", "sweep", "wandb_payload"]
+__all__ = ["log_experiment", "log_runs", "on_run_ended", "run_payload", "sweep", "wandb_payload", "wandb_retry"]
