@@ -416,12 +416,25 @@ class Agent(TenantModel):
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     latest_version = models.PositiveIntegerField(default=0)
+    # Which of the platform's own agents this is (the analyst: "analyst", its tool set),
+    # set only by the platform and never by a form or the API; "" for every agent a person
+    # makes. The platform finds its agents by this, never by name: a person's agent may
+    # share the name. Platform agents are not listed, edited or run from the agents pages
+    # and API (docs/mcp.md#the-analyst).
+    platform = models.CharField(max_length=64, blank=True, default="")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["project", "name"], name="agent_unique_name")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "name"], condition=models.Q(platform=""), name="agent_unique_name"
+            ),
+            models.UniqueConstraint(
+                fields=["project", "platform"], condition=~models.Q(platform=""), name="agent_unique_platform"
+            ),
+        ]
         ordering = ["name"]
 
     def __str__(self) -> str:

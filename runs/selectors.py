@@ -381,7 +381,7 @@ def agent_lookup(*, project, value):
     NotFound otherwise (another tenant's agent included)."""
     from agentops.api.lookup import by_name_or_id
 
-    return by_name_or_id(Agent.objects.filter(project=project), value, "agent")
+    return by_name_or_id(Agent.objects.filter(project=project, platform=""), value, "agent")
 
 
 def step_detail(*, run: Run, step_id: int) -> Step:

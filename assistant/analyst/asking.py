@@ -149,7 +149,8 @@ def analyst_agent(*, project, actor) -> Agent:
     """The project's analyst as an agent, for chat sessions: made on first use, and given a
     new version when the organization's model changes (a Mistral key added or removed).
     Made here, not by the agents service: its tools are the ``analyst`` tool set, which
-    people's agents are not offered."""
+    people's agents are not offered. Found by ``Agent.platform`` (which only the platform
+    sets), never by name: a person's agent called "AgentOps analyst" stays theirs."""
     model = analyst_model(project.organization)
     fields = {
         "model": model,
@@ -165,8 +166,9 @@ def analyst_agent(*, project, actor) -> Agent:
     with transaction.atomic():
         agent, _created = Agent.objects.select_for_update().get_or_create(
             project=project,
-            name=ANALYST_NAME,
+            platform=TOOLSET,
             defaults={
+                "name": ANALYST_NAME,
                 "organization_id": project.organization_id,
                 "description": "The platform's analyst: reads this project's data with the MCP read tools.",
                 "created_by": actor,

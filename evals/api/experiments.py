@@ -235,7 +235,7 @@ class ExperimentListView(ExperimentsEndpoint):
         data = serializer.validated_data
         dataset = by_name_or_id(Dataset.objects.filter(project=self.project), data["dataset"], "dataset")
         agent = (
-            by_name_or_id(Agent.objects.filter(project=self.project), data["agent"], "agent")
+            by_name_or_id(Agent.objects.filter(project=self.project, platform=""), data["agent"], "agent")
             if data["agent"] is not None
             else None
         )

@@ -109,7 +109,7 @@ class ExperimentStartForm(forms.Form):
     def __init__(self, *args, project, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["dataset"].queryset = Dataset.objects.filter(project=project).order_by("name")
-        self.fields["agent"].queryset = Agent.objects.filter(project=project).order_by("name")
+        self.fields["agent"].queryset = Agent.objects.filter(project=project, platform="").order_by("name")
         self.fields["evaluators"].queryset = selectors.automatic_evaluators(project=project)
 
 

@@ -93,7 +93,7 @@ class AgentListView(ProjectEndpoint):
 
     permissions = {"GET": "work:read", "POST": "work:write"}
     serializer_class = AgentSerializer
-    queryset = Agent.objects.all()
+    queryset = Agent.objects.filter(platform="")  # the platform's own agents (the analyst) are not listed
     pagination_class = None
 
     def get(self, request, org_slug, project_slug):
@@ -113,7 +113,7 @@ class AgentDetailView(ProjectEndpoint):
 
     permissions = {"GET": "work:read", "PATCH": "work:write"}
     serializer_class = AgentSerializer
-    queryset = Agent.objects.all()
+    queryset = Agent.objects.filter(platform="")  # the platform's own agents (the analyst) are not listed
     lookup_url_kwarg = "agent_id"
 
     def get(self, request, org_slug, project_slug, agent_id):
@@ -133,7 +133,7 @@ class AgentVersionListView(ProjectEndpoint):
 
     permissions = {"GET": "work:read"}
     serializer_class = AgentVersionSerializer
-    queryset = AgentVersion.objects.all()
+    queryset = AgentVersion.objects.filter(agent__platform="")
     pagination_class = None
 
     def get(self, request, org_slug, project_slug, agent_id):
@@ -203,7 +203,7 @@ def start_run(view, request):
     """POST on the runs list: start a run of an agent; 202 with the queued run (poll
     `runs/{id}/` for its status). Accepts `Idempotency-Key` (runs.api.views wraps it)."""
     data = _valid(RunStartSerializer, request.data)
-    agent = Agent.objects.filter(project=view.project, pk=data["agent"]).first()
+    agent = Agent.objects.filter(project=view.project, pk=data["agent"], platform="").first()
     if agent is None:
         raise NotFound("agent not found")
     run = run_start(

@@ -136,7 +136,7 @@ class AgentSessionListView(SessionEndpoint):
     def post(self, request, org_slug, project_slug):
         data = SessionCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        agent = Agent.objects.filter(project=self.project, pk=data.validated_data["agent"]).first()
+        agent = Agent.objects.filter(project=self.project, pk=data.validated_data["agent"], platform="").first()
         if agent is None:
             raise NotFound("agent not found")
         session = services.session_create(

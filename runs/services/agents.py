@@ -134,6 +134,8 @@ def agent_version_create(*, agent: Agent, actor, ip: str | None = None, **change
     """Save an edit as a new version (versions are never changed); unchanged fields carry over."""
     with transaction.atomic():
         agent = Agent.objects.select_for_update().get(pk=agent.pk)
+        if agent.platform:
+            raise InvalidRequest(f"{agent.name!r} is the platform's own agent; it cannot be edited")
         current = AgentVersion.objects.get(agent=agent, number=agent.latest_version)
         merged = {
             key: changes[key] if changes.get(key) is not None else getattr(current, key)

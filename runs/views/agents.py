@@ -42,9 +42,10 @@ RECENT_RUNS = 20
 
 
 def agent_in_project(project, agent_id: int) -> Agent:
-    """The agent, looked up in the URL's project: another tenant's is a 404, like a missing one."""
-    agent = Agent.objects.filter(project=project, pk=agent_id).first()
-    if agent is None:
+    """The agent, looked up in the URL's project: another tenant's is a 404, like a missing
+    one, and so is one of the platform's own (the analyst: ``Agent.platform``)."""
+    agent = Agent.objects.filter(project=project, pk=agent_id, platform="").first()
+    if agent is None:  # the platform's own agents (the analyst) are not shown here either
         raise Http404("agent not found")
     return agent
 
@@ -140,7 +141,7 @@ class AgentsPage(ProjectPage):
         return redirect("runs:agent", org_slug=org_slug, project_slug=project_slug, agent_id=agent.pk)
 
     def _render(self, form, *, status: int = 200) -> HttpResponse:
-        agents = list(Agent.objects.filter(project=self.project).order_by("name"))
+        agents = list(Agent.objects.filter(project=self.project, platform="").order_by("name"))
         latest = {
             version.agent_id: version
             for version in AgentVersion.objects.filter(project=self.project, number=F("agent__latest_version"))

@@ -82,7 +82,9 @@ class ChatPage(ProjectPage):
     def get(self, request, org_slug, project_slug, session_id=None):
         context: dict[str, Any] = {
             "sessions": list(selectors.agent_session_list(project=self.project)[:SIDEBAR_LIMIT]),
-            "agents": list(Agent.objects.filter(project=self.project, latest_version__gt=0).order_by("name")),
+            "agents": list(
+                Agent.objects.filter(project=self.project, latest_version__gt=0, platform="").order_by("name")
+            ),
             "session": None,
         }
         if session_id is not None:
@@ -275,7 +277,9 @@ class ChatStartAction(ProjectPage):
 
     def post(self, request, org_slug, project_slug):
         agent_id = request.POST.get("agent", "")
-        agent = Agent.objects.filter(project=self.project, pk=agent_id).first() if agent_id.isdigit() else None
+        agent = (
+            Agent.objects.filter(project=self.project, pk=agent_id, platform="").first() if agent_id.isdigit() else None
+        )
         try:
             if agent is None:
                 raise InvalidRequest("choose one of the project's agents to talk to")

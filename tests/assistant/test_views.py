@@ -190,3 +190,80 @@ def test_a_member_chats_with_the_analyst_in_a_session_with_its_tool_calls_visibl
     with organization_scope(tenant.organization):
         assert Session.objects.filter(agent=session.agent).count() == 2 and session.agent.versions.count() == 1
     assert signed_in(tenant.viewer).post(f"{PROJECT}/assistant/chat/").status_code == 403
+
+
+def _open_analyst_chat(tenant, client):
+    from runs.models import Session
+
+    opened = client.post(f"{PROJECT}/assistant/chat/")
+    session_id = int(opened["Location"].rstrip("/").rsplit("/", 1)[1])
+    with organization_scope(tenant.organization):
+        return Session.objects.select_related("agent").get(pk=session_id)
+
+
+def test_the_analyst_agent_is_not_listed_edited_or_run_as_a_members_own_agent(tenant, signed_in, client_for):
+    from runs.services.sessions import session_send
+
+    member = signed_in(tenant.member)
+    session = _open_analyst_chat(tenant, member)
+    analyst = session.agent
+    api, base = client_for(tenant.member), "/api/v1/projects/acme/agent"
+
+    assert "AgentOps analyst" not in member.get(f"{PROJECT}/runs/agents/").content.decode()
+    assert [agent["name"] for agent in api.get(f"{base}/agents/").json()] == []
+    assert member.get(f"{PROJECT}/runs/agents/{analyst.pk}/").status_code == 404
+    assert member.post(f"{PROJECT}/runs/agents/{analyst.pk}/edit/", {"model": "offline"}).status_code == 404
+    assert member.post(f"{PROJECT}/runs/agents/{analyst.pk}/runs/", {"input": "hi"}).status_code == 404
+    assert api.get(f"{base}/agents/{analyst.pk}/").status_code == 404
+    assert api.patch(f"{base}/agents/{analyst.pk}/", {"model": "offline"}, format="json").status_code == 404
+    assert api.get(f"{base}/agents/{analyst.pk}/versions/").status_code == 404
+    assert api.post(f"{base}/runs/", {"agent": analyst.pk, "input": "hi"}, format="json").status_code == 404
+    assert api.post(f"{base}/agent-sessions/", {"agent": analyst.pk}, format="json").status_code == 404
+    # Its chat still opens, the page's own picker of agents does not offer it, and its
+    # configuration is as the platform made it.
+    chat_page = member.get(f"{PROJECT}/runs/chat/")
+    assert chat_page.status_code == 200 and f'value="{analyst.pk}"' not in chat_page.content.decode()
+    with organization_scope(tenant.organization):
+        analyst.refresh_from_db()
+        assert analyst.latest_version == 1 and analyst.versions.get().toolset == "analyst"
+        turn = session_send(session=session, actor=tenant.member, content="Which runs failed?").run_id
+    # A turn's run page names the agent without a link to a page that is not there.
+    run_page = member.get(f"{PROJECT}/runs/{turn}/").content.decode()
+    assert "AgentOps analyst · version 1" in run_page and f"/runs/agents/{analyst.pk}/" not in run_page
+
+
+def test_a_members_own_agent_named_agentops_analyst_stays_theirs(tenant, signed_in, client_for):
+    from runs.services.agents import agent_create
+
+    with organization_scope(tenant.organization):
+        own = agent_create(project=tenant.project, actor=tenant.member, name="AgentOps analyst", model="offline")
+    member = signed_in(tenant.member)
+    session = _open_analyst_chat(tenant, member)
+    assert session.agent_id != own.pk and session.agent.platform == "analyst"
+    with organization_scope(tenant.organization):
+        own.refresh_from_db()
+        assert own.latest_version == 1 and [v.toolset for v in own.versions.all()] == [""]
+    # Theirs stays on their agents page and API, editable as any of their agents.
+    api, base = client_for(tenant.member), "/api/v1/projects/acme/agent"
+    assert [agent["id"] for agent in api.get(f"{base}/agents/").json()] == [own.pk]
+    edited = api.patch(f"{base}/agents/{own.pk}/", {"system_prompt": "Mine."}, format="json")
+    assert edited.status_code == 200 and edited.json()["latest_version"] == 2
+    assert _open_analyst_chat(tenant, member).agent_id == session.agent_id
+
+
+def test_an_agent_a_member_names_agentops_analyst_later_is_never_taken_for_the_analyst(tenant, signed_in, client_for):
+    member = signed_in(tenant.member)
+    analyst = _open_analyst_chat(tenant, member).agent
+    api, base = client_for(tenant.member), "/api/v1/projects/acme/agent"
+    created = api.post(
+        f"{base}/agents/", {"name": "AgentOps analyst", "model": "offline", "platform": "analyst"}, format="json"
+    )
+    assert created.status_code == 400 and "platform" in created.content.decode()  # not a field people set
+    created = api.post(f"{base}/agents/", {"name": "AgentOps analyst", "model": "offline"}, format="json")
+    assert created.status_code == 201
+    assert _open_analyst_chat(tenant, member).agent_id == analyst.pk
+    with organization_scope(tenant.organization):
+        from runs.models import Agent
+
+        assert Agent.objects.get(pk=created.json()["id"]).platform == ""
+        assert Agent.objects.get(pk=created.json()["id"]).versions.count() == 1
