@@ -21,9 +21,11 @@ import threading
 import time
 
 from django.db import InterfaceError, OperationalError
+from kombu.exceptions import OperationalError as BrokerError
 from redis.exceptions import RedisError
 
-UNAVAILABLE_ERRORS = (OperationalError, InterfaceError, RedisError)
+# Celery's broker (Redis) raises kombu's OperationalError when it cannot publish.
+UNAVAILABLE_ERRORS = (OperationalError, InterfaceError, RedisError, BrokerError)
 TRACEBACK_EVERY_SECONDS = 60.0
 
 _lock = threading.Lock()
@@ -41,7 +43,7 @@ def _unavailable(exc: BaseException | None) -> BaseException | None:
 
 
 def _server(exc: BaseException) -> str:
-    return "Redis" if isinstance(exc, RedisError) else "PostgreSQL"
+    return "Redis" if isinstance(exc, (RedisError, BrokerError)) else "PostgreSQL"
 
 
 def reason(exc: BaseException) -> str:

@@ -383,6 +383,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": timedelta(seconds=30),
         "options": {"expires": 30},
     },
+    "recover-exports": {
+        "task": "evals.tasks.recover_exports",
+        "schedule": timedelta(minutes=1),
+        "options": {"expires": 60},
+    },
     "start-due-exports": {
         "task": "evals.tasks.start_due_exports",
         "schedule": timedelta(minutes=1),

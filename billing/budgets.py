@@ -23,6 +23,7 @@ from agentops import crypto
 from agentops.errors import InvalidRequest, PaymentRequired
 from agentops.models import ApiKey, Organization, Project
 from agentops.netguard import check_setting_url
+from agentops.queueing import send_after_commit
 from agentops.scoping import organization_scope
 from agentops.services.audit import acting_user, audit_record
 from billing.models import BillingSettings, Budget, UsageDaily
@@ -154,8 +155,9 @@ def _audit_view(budget: Budget) -> dict:
 
 
 def _evaluate_after_commit(organization_id: int) -> None:
-    """A new or lowered limit may already be crossed: evaluate alerts once committed."""
-    transaction.on_commit(lambda: evaluate_budget_alerts.delay(organization_id))
+    """A new or lowered limit may already be crossed: evaluate alerts once committed (while
+    Redis is down, the next ledger refresh of the organization evaluates them)."""
+    send_after_commit(evaluate_budget_alerts, organization_id)
 
 
 @transaction.atomic

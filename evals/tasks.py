@@ -107,3 +107,16 @@ def start_due_exports() -> int:
     from evals.bulk_export.services import start_due_exports as start
 
     return start()
+
+
+@shared_task
+def recover_exports() -> int:
+    """Send again the exports no worker is on (every minute): queued ones whose message
+    was lost (the broker was down when they were created or retried), running ones whose
+    worker died."""
+    from evals.bulk_export.services import exports_to_recover
+
+    lost = exports_to_recover()
+    for organization_id, export_id in lost:
+        run_export.delay(organization_id, export_id)
+    return len(lost)

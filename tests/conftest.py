@@ -168,3 +168,24 @@ def redis_down(settings, tmp_path, monkeypatch):
     monkeypatch.setattr(live, "_redis_client", None)
     monkeypatch.setattr(live, "_listeners_seen", {})
     return url
+
+
+@pytest.fixture
+def broker_down(redis_down):
+    """All of Redis down, Celery's broker included: ``redis_down``, and the Celery app
+    publishing to the same stopped server (its connection and producer pools reset, so
+    nothing already open to the test run's Redis is reused). Restored afterwards."""
+    from agentops.celery import app
+
+    def reset_pools():
+        if app._pool is not None:
+            app._pool.force_close_all()
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    previous = app.conf.broker_url
+    app.conf.broker_url = redis_down
+    reset_pools()
+    yield redis_down
+    app.conf.broker_url = previous
+    reset_pools()

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from agentops import crypto
 from agentops.errors import Conflict, InvalidRequest
+from agentops.queueing import send_after_commit
 from agentops.scoping import dangerously_unscoped, organization_scope
 from agentops.services.audit import audit_record, audited_create, audited_delete
 from evals.bulk_export.destinations import DESTINATION_KINDS
@@ -23,7 +25,7 @@ PERIOD_DAYS = {ExportSchedule.Every.DAY: 1, ExportSchedule.Every.WEEK: 7}
 
 
 def _enqueue(job: ExportJob) -> None:
-    transaction.on_commit(lambda: run_export.delay(job.organization_id, job.pk))
+    send_after_commit(run_export, job.organization_id, job.pk)  # recover_exports re-sends
 
 
 # -- destinations --------------------------------------------------------------------------
@@ -276,3 +278,25 @@ def start_due_exports(*, today: date | None = None) -> int:
             _enqueue(job)
             started += 1
     return started
+
+
+# An export queued this long ago that no worker took lost its message (sent while the
+# broker was down, or dropped with a worker): the recovery sweep sends it again.
+UNCLAIMED_SECONDS = 60
+
+
+def exports_to_recover() -> list[tuple[int, int]]:
+    """(organization id, export id) of exports no worker is on: queued ones no worker
+    claimed in UNCLAIMED_SECONDS, and running ones whose worker stopped beating. Sending
+    one again is safe: ``export_run`` claims it, and does nothing when it runs or ended."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.EXPORT_STALE_SECONDS)
+    with dangerously_unscoped("the export recovery sweep looks at every organization's exports"):
+        return list(
+            ExportJob.objects.filter(
+                Q(status=ExportJob.Status.QUEUED, created_at__lt=now - timedelta(seconds=UNCLAIMED_SECONDS))
+                | Q(status=ExportJob.Status.RUNNING, heartbeat_at__lt=stale, cancel_requested=False)
+            )
+            .order_by("created_at")
+            .values_list("organization_id", "id")[:1000]
+        )

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest, NotFound
+from agentops.queueing import send_or_leave_to_sweeper
 from agentops.services.audit import acting_user, audit_record
 from billing.budgets import check_work_allowed
 from evals.services.experiments import experiment_start
@@ -242,7 +243,7 @@ def job_submit(
 
 
 def _enqueue_poll(job: Job, countdown: float = 0) -> None:
-    poll_job.apply_async((job.organization_id, job.pk), countdown=countdown)
+    send_or_leave_to_sweeper(poll_job, job.organization_id, job.pk, countdown=countdown)  # sweep_jobs re-sends
 
 
 def job_cancel(*, job: Job, actor, ip: str | None = None) -> Job:

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops.errors import InvalidRequest
+from agentops.queueing import send_or_leave_to_sweeper
 from agentops.services.audit import audit_record
 from billing.budgets import check_work_allowed
 from runs.events import RunEvent
@@ -164,4 +165,4 @@ def _retraced(event, trace_id: str):
 
 
 def _enqueue(organization_id: int, run_id: int) -> None:
-    execute_run.delay(organization_id, run_id)
+    send_or_leave_to_sweeper(execute_run, organization_id, run_id)  # recover_stalled_runs re-sends

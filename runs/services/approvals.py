@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops.errors import Conflict, InvalidRequest
+from agentops.queueing import send_after_commit
 from agentops.scoping import dangerously_unscoped, organization_scope
 from agentops.services.audit import audit_record
 from runs.events import RunEvent
@@ -155,11 +156,7 @@ def _resume(run: Run) -> None:
     if updated:
         ingest(project=run.project, runs=[RunEvent(trace_id=run.trace_id, fields={"status": Run.Status.QUEUED})])
         organization_id, run_id = run.organization_id, run.pk
-        transaction.on_commit(lambda: _enqueue(organization_id, run_id))
-
-
-def _enqueue(organization_id: int, run_id: int) -> None:
-    execute_run.delay(organization_id, run_id)
+        send_after_commit(execute_run, organization_id, run_id)  # recover_stalled_runs re-sends
 
 
 def approvals_expire() -> int:

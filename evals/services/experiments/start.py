@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from agentops.errors import InvalidRequest
 from agentops.jsonsafe import storage_problem
+from agentops.queueing import send_after_commit
 from agentops.services.audit import acting_user, audit_record
 from billing.budgets import check_work_allowed
 from evals import tasks
@@ -132,7 +133,7 @@ def experiment_start(
             },
             ip=ip,
         )
-        transaction.on_commit(lambda: _enqueue_advance(experiment))
+        send_after_commit(tasks.advance_experiment, experiment.organization_id, experiment.pk)  # recover_experiments
     return experiment
 
 
@@ -178,7 +179,3 @@ def _evaluator_specs(evaluators: list[Evaluator]) -> list[dict]:
     if len(set(names)) != len(names):
         raise InvalidRequest("each evaluator may be named once")
     return specs
-
-
-def _enqueue_advance(experiment: Experiment) -> None:
-    tasks.advance_experiment.delay(experiment.organization_id, experiment.pk)
