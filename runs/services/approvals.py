@@ -109,25 +109,35 @@ def approval_decide(
         if approval.status != Approval.Status.PENDING:
             why = f" ({approval.reason})" if approval.status == Approval.Status.EXPIRED and approval.reason else ""
             raise Conflict(f"this approval is already {approval.status}{why}")
-        if approval.expires_at <= timezone.now():
+        expired = approval.expires_at <= timezone.now()
+        if expired:
+            # Stored, then refused: the expiry must not roll back with the 409.
             _expire(approval)
-            raise Conflict("this approval has expired")
-        approval.status = Approval.Status.APPROVED if approve else Approval.Status.REJECTED
-        approval.approved_arguments = (arguments if arguments is not None else approval.arguments) if approve else None
-        approval.reason = reason[:2000]
-        approval.decided_by = actor
-        approval.decided_at = timezone.now()
-        approval.save()
-        audit_record(
-            organization=approval.run.project.organization,
-            actor=actor,
-            action="approval.approve" if approve else "approval.reject",
-            target=approval.run,
-            data={"tool": approval.tool_name, "call_id": approval.call_id, "edited": approve and arguments is not None},
-            ip=ip,
-        )
-        _decided_event(approval, by=getattr(actor, "email", None) or (str(actor) if actor else None))
-        _resume(approval.run)
+        else:
+            approval.status = Approval.Status.APPROVED if approve else Approval.Status.REJECTED
+            approval.approved_arguments = (
+                (arguments if arguments is not None else approval.arguments) if approve else None
+            )
+            approval.reason = reason[:2000]
+            approval.decided_by = actor
+            approval.decided_at = timezone.now()
+            approval.save()
+            audit_record(
+                organization=approval.run.project.organization,
+                actor=actor,
+                action="approval.approve" if approve else "approval.reject",
+                target=approval.run,
+                data={
+                    "tool": approval.tool_name,
+                    "call_id": approval.call_id,
+                    "edited": approve and arguments is not None,
+                },
+                ip=ip,
+            )
+            _decided_event(approval, by=getattr(actor, "email", None) or (str(actor) if actor else None))
+            _resume(approval.run)
+    if expired:
+        raise Conflict("this approval has expired")
     return approval
 
 

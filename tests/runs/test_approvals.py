@@ -88,6 +88,23 @@ def test_reject_tells_the_model_and_the_tool_never_runs(tenant, client_for):
     assert run.status == "succeeded"
 
 
+def test_a_decision_on_an_approval_past_its_time_is_refused_and_the_expiry_is_kept(tenant, client_for):
+    """The 409 does not roll back what it found: the approval is stored as expired and the
+    run goes on without waiting for the periodic expiry."""
+    run, approval = _waiting_run(tenant)
+    Approval.dangerously_unscoped_objects.filter(pk=approval.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    response = client_for(tenant.member).post(
+        f"{BASE}/runs/{run.pk}/approvals/", {"approval": approval.pk, "decision": "approve"}, format="json"
+    )
+    assert response.status_code == 409 and response.json()["error"]["message"] == "this approval has expired"
+    stored = Approval.dangerously_unscoped_objects.get(pk=approval.pk)
+    assert stored.status == "expired" and stored.reason == "nobody answered in time"
+    assert Run.dangerously_unscoped_objects.get(pk=run.pk).status == "queued", "the run goes on"
+    assert approvals_expire() == 0, "nothing left for the periodic expiry"
+
+
 def test_unanswered_approval_expires_and_the_run_continues(tenant):
     run, approval = _waiting_run(tenant)
     Approval.dangerously_unscoped_objects.filter(pk=approval.pk).update(
