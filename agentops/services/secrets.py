@@ -10,7 +10,7 @@ from agentops import crypto
 from agentops.errors import InvalidRequest, NotFound
 from agentops.models import Organization, ProviderSecret
 from agentops.netguard import UnsafeUrlError, check_outbound_url
-from agentops.services.audit import audit_record, audited_delete
+from agentops.services.audit import acting_user, audit_record, audited_delete
 
 
 def provider_secret_set(
@@ -39,7 +39,7 @@ def provider_secret_set(
         secret.api_key_ciphertext = crypto.encrypt(api_key)
         secret.api_key_hint = api_key[-4:]
         secret.base_url = base_url
-        secret.updated_by = actor
+        secret.updated_by = acting_user(actor)
         secret.updated_at = timezone.now()
         secret.save()
         audit_record(

@@ -151,3 +151,15 @@ def test_deleted_credentials_are_gone_and_the_deletion_is_audited_with_the_provi
         event = AuditEvent.objects.get(action="provider_secret.delete")
     assert (event.target_type, event.data) == ("ProviderSecret", {"provider": "mistral"})
     assert event.target_id
+
+
+def test_credentials_saved_by_an_api_key_name_no_user_and_are_audited_with_the_key(tenant):
+    """An actor that is not a user (an API key, as the services accept everywhere) is no
+    ``updated_by``: the audit log names it instead."""
+    from agentops.services.api_keys import api_key_create
+
+    with organization_scope(tenant.organization):
+        key, _raw = api_key_create(project=tenant.project, actor=None, name="ops", scopes=["execute"])
+        secret = provider_secret_set(organization=tenant.organization, actor=key, provider="mistral", api_key="k" * 16)
+        assert ProviderSecret.objects.get(pk=secret.pk).updated_by is None
+        assert AuditEvent.objects.filter(action="provider_secret.create").exists()
