@@ -11,7 +11,7 @@ credentials. Credentials are write-only: responses show their last characters.
 from __future__ import annotations
 
 from django.urls import path
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 
@@ -334,6 +334,11 @@ class WandbExportListView(WandbExportEndpoint):
 
     permissions = {"GET": "work:read"}
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("status", str, enum=list(WandbExport.Status.values), description="Only these rows.")
+        ]
+    )
     def get(self, request, org_slug, project_slug):
         exports = self.get_queryset()
         wanted = request.query_params.get("status")
