@@ -112,16 +112,23 @@ def start_runs(project, agent, user, runs: int):
     return ids, started
 
 
+def wait_for_runs(run_ids) -> list[str]:
+    """The runs' statuses once every one has ended (call in the organization's scope)."""
+    from runs.models import Run
+
+    while True:
+        statuses = list(Run.objects.filter(pk__in=run_ids).values_list("status", flat=True))
+        if all(status in Run.ENDED for status in statuses):
+            return statuses
+        time.sleep(0.2)
+
+
 def check(project, run_ids, started, args) -> None:
     from agentops.scoping import organization_scope
-    from runs.models import Message, Run, Step, ToolCall
+    from runs.models import Message, Step, ToolCall
 
     with organization_scope(project.organization):
-        while True:
-            statuses = list(Run.objects.filter(pk__in=run_ids).values_list("status", flat=True))
-            if all(status in Run.ENDED for status in statuses):
-                break
-            time.sleep(0.2)
+        statuses = wait_for_runs(run_ids)
         wall = time.perf_counter() - started
         succeeded = statuses.count("succeeded")
         steps = Step.objects.filter(run_id__in=run_ids).count()

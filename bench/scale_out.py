@@ -55,7 +55,7 @@ from pathlib import Path
 
 import requests
 from _platform import ROOT, free_port, percentile, production_env, serve_tool_calling_mistral
-from concurrent_runs import prepare
+from concurrent_runs import prepare, wait_for_runs
 from ingest_otlp import SPANS_PER_TRACE, TRACES_PER_REQUEST, client, cpu_seconds
 
 QUEUE = "agentops-default"  # CELERY_TASK_DEFAULT_QUEUE with the default AGENTOPS_REDIS_PREFIX
@@ -280,11 +280,7 @@ def measure_execution(webs: list[Installation], everyone, key: str, agent, proje
     with ThreadPoolExecutor(max_workers=8) as pool:
         run_ids = list(pool.map(start, range(args.runs)))
     with organization_scope(project.organization):
-        while True:
-            statuses = list(Run.objects.filter(pk__in=run_ids).values_list("status", flat=True))
-            if all(status in Run.ENDED for status in statuses):
-                break
-            time.sleep(0.2)
+        statuses = wait_for_runs(run_ids)
         wall = time.perf_counter() - started
         steps = Step.objects.filter(run_id__in=run_ids).count()
         workers = list(Run.objects.filter(pk__in=run_ids).values_list("worker", flat=True))
