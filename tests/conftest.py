@@ -175,13 +175,20 @@ def broker_down(redis_down):
     """All of Redis down, Celery's broker included: ``redis_down``, and the Celery app
     publishing to the same stopped server (its connection and producer pools reset, so
     nothing already open to the test run's Redis is reused). Restored afterwards."""
+    from kombu import pools as kombu_pools
+
     from agentops.celery import app
 
     def reset_pools():
+        # Every pool that may hold a connection to the other server: the app's, the
+        # producers' (kombu keeps them in a process-wide registry keyed by the URL) and
+        # the control mailbox's; each is made again on first use.
         if app._pool is not None:
             app._pool.force_close_all()
         app._pool = None
         app.amqp._producer_pool = None
+        kombu_pools.reset()
+        app.__dict__.pop("control", None)
 
     previous = app.conf.broker_url
     app.conf.broker_url = redis_down
