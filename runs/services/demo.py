@@ -7,6 +7,7 @@ with the user's question, their tool calls are served from the recording."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 from django.utils import timezone
@@ -225,12 +226,23 @@ def demo_agent_seed(*, project, actor=None) -> int:
     )
     run = run_start(project=project, agent=agent, actor=actor, input="What is (19 + 23) * 2?")
     # Executed here rather than on a worker: the demo is seeded before the workers start.
+    # Where a worker is already up (seeding a running platform), it may have claimed the
+    # run first: then wait for its end, as the replay needs an ended run.
     run_execute(run_id=run.pk)
+    _wait_until_ended(run)
     # And a replay of it, its tool calls served from the recording, to compare with it.
-    run.refresh_from_db()
     (replay,) = replay_start(source=run, actor=actor, overrides={"temperature": 0.5}, tool_mode="recorded")
     run_execute(run_id=replay.pk)
     return 1
+
+
+def _wait_until_ended(run, timeout: float = 120.0) -> None:
+    """Wait for ``run`` (refreshed) to end; a hang guard, not a pace."""
+    deadline = time.monotonic() + timeout
+    run.refresh_from_db()
+    while run.status not in Run.ENDED and time.monotonic() < deadline:
+        time.sleep(0.1)
+        run.refresh_from_db()
 
 
 DEMO_SESSION = "Demo session: a calculation, then follow-ups"
