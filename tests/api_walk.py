@@ -137,5 +137,6 @@ def make_world(tenant, client_for, key_client) -> World:
         "destination_id": 999_999,
         "schedule_id": 999_999,
         "budget_id": 999_999,
+        "wandb_export_id": 999_999,
     }
     return World(values=values, session=client_for(tenant.owner), key=key_client(project), job_token=job_token)
