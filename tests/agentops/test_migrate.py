@@ -31,7 +31,7 @@ def _waiting_for_the_lock() -> bool:
 @pytest.mark.django_db(transaction=True)
 def test_migrate_waits_while_another_installation_is_migrating():
     # Another installation's migrate, half-way through: it holds the lock on its own session.
-    other = connection.get_new_connection(connection.get_connection_params())
+    other = connection.Database.connect(**connection.get_connection_params())
     other.autocommit = True
     other.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK])
     outcome: list[object] = []

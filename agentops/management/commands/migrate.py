@@ -21,7 +21,9 @@ class Command(DjangoMigrateCommand):
         connection = connections[options["database"]]
         if connection.vendor != "postgresql":
             return super().handle(*args, **options)
-        lock = connection.get_new_connection(connection.get_connection_params())
+        # A connection of its own, never one of the pool's (settings.DATABASE_POOL): closing
+        # it must end the session, and with it the lock.
+        lock = connection.Database.connect(**connection.get_connection_params())
         try:
             lock.autocommit = True
             lock.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK])
