@@ -1,0 +1,290 @@
+"""The ledger's rollups of ``UsageDaily`` (``billing.UsageMonthly`` per calendar month,
+``billing.UsageDailyByModel`` per organization, day, category, unit and model), kept by
+statement triggers on ``billing_usagedaily`` and filled from the rows already stored."""
+
+import django.db.models.deletion
+import django.db.models.manager
+from django.db import migrations, models
+
+# Frozen here (a migration never imports live code): billing.ledger.MEASURES as of now.
+MEASURES = (
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "cost",
+    "steps",
+    "unpriced_steps",
+    "reported_cost",
+    "reported_computed_cost",
+)
+# Each rollup: its table, its key as selected from UsageDaily's rows, and the key's
+# columns with their types.
+ROLLUPS = {
+    "monthly": (
+        "billing_usagemonthly",
+        "organization_id, project_id, date_trunc('month', day::timestamp)::date AS month, agent_name, model, api_key_id, "
+        "end_user_id, category, unit",
+        [
+            ("organization_id", "bigint"),
+            ("project_id", "bigint"),
+            ("month", "date"),
+            ("agent_name", "varchar"),
+            ("model", "varchar"),
+            ("api_key_id", "bigint"),
+            ("end_user_id", "varchar"),
+            ("category", "varchar"),
+            ("unit", "varchar"),
+        ],
+    ),
+    "daily_by_model": (
+        "billing_usagedailybymodel",
+        "organization_id, day, category, unit, model",
+        [
+            ("organization_id", "bigint"),
+            ("day", "date"),
+            ("category", "varchar"),
+            ("unit", "varchar"),
+            ("model", "varchar"),
+        ],
+    ),
+}
+# The statement's changes to UsageDaily with a sign: inserted rows count up, deleted
+# rows down, an update both (its old rows down, its new rows up).
+CHANGES = {
+    "INSERT": "SELECT *, 1 AS sign FROM new_rows",
+    "DELETE": "SELECT *, -1 AS sign FROM old_rows",
+    "UPDATE": "SELECT *, 1 AS sign FROM new_rows UNION ALL SELECT *, -1 AS sign FROM old_rows",
+}
+
+
+def _add_function(name: str, table: str, columns: list) -> str:
+    """``billing_usage_<name>_add(key..., measures..., day_rows)``: add one delta to the
+    key's rollup, to a row no other transaction holds, else to a new row (there is no
+    unique key, so an insert never waits either). A delta that removes daily rows from a
+    key with no rollup row left (deleted first, as when a project is deleted) has
+    nothing to correct."""
+    params = ", ".join(f"k_{column} {kind}" for column, kind in columns)
+    measures = ", ".join(f"d_{m} numeric" for m in MEASURES)
+    # api_key_id may be NULL (and is NULL for most rows): IS NOT DISTINCT FROM.
+    match = " AND ".join(
+        f"{column} IS NOT DISTINCT FROM k_{column}" if column == "api_key_id" else f"{column} = k_{column}"
+        for column, _kind in columns
+    )
+    keys = ", ".join(column for column, _kind in columns)
+    return f"""
+CREATE FUNCTION billing_usage_{name}_add({params}, {measures}, d_day_rows bigint) RETURNS void AS $$
+DECLARE
+    target bigint;
+BEGIN
+    SELECT id INTO target FROM {table} WHERE {match} LIMIT 1 FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE {table} SET {", ".join(f"{m} = {m} + d_{m}" for m in MEASURES)}, day_rows = day_rows + d_day_rows
+         WHERE id = target;
+    ELSIF d_day_rows > 0 OR EXISTS (SELECT 1 FROM {table} WHERE {match}) THEN
+        INSERT INTO {table} ({keys}, {", ".join(MEASURES)}, day_rows)
+        VALUES ({", ".join(f"k_{column}" for column, _kind in columns)}, {", ".join(f"d_{m}" for m in MEASURES)},
+                d_day_rows);
+    END IF;
+END;
+$$ LANGUAGE plpgsql;
+"""  # noqa: S608 - constant names
+
+
+def _loop(name: str, key: str, columns: list, changes: str) -> str:
+    """The loop over one rollup's keys that the statement changed, in key order."""
+    names = ", ".join(column for column, _kind in columns)
+    positions = ", ".join(str(position) for position in range(1, len(columns) + 1))
+    changed = " OR ".join(["sum(sign) <> 0", *(f"sum(sign * {m}) <> 0" for m in MEASURES)])
+    return f"""
+        FOR d IN
+            SELECT {names}, {", ".join(f"sum(sign * {m}) AS {m}" for m in MEASURES)}, sum(sign) AS day_rows
+              FROM (SELECT {key}, {", ".join(MEASURES)}, sign FROM ({changes}) AS changes) AS keyed
+             GROUP BY {positions}
+            HAVING {changed}
+             ORDER BY {positions}
+        LOOP
+            PERFORM billing_usage_{name}_add({", ".join(f"d.{column}" for column, _kind in columns)},
+                {", ".join(f"d.{m}" for m in MEASURES)}, d.day_rows::bigint);
+        END LOOP;"""  # noqa: S608 - constant names
+
+
+FORWARD = (
+    "".join(_add_function(name, table, columns) for name, (table, _key, columns) in ROLLUPS.items())
+    + """
+CREATE FUNCTION billing_usage_rollups_apply() RETURNS trigger AS $$
+DECLARE
+    d record;
+BEGIN"""
+    + "".join(
+        f"""
+    {"IF" if position == 0 else "ELSIF"} TG_OP = '{operation}' THEN"""
+        + "".join(_loop(name, key, columns, changes) for name, (_table, key, columns) in ROLLUPS.items())
+        for position, (operation, changes) in enumerate(CHANGES.items())
+    )
+    + """
+    END IF;
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+
+CREATE TRIGGER billing_usagedaily_rollups_insert AFTER INSERT ON billing_usagedaily
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION billing_usage_rollups_apply();
+CREATE TRIGGER billing_usagedaily_rollups_update AFTER UPDATE ON billing_usagedaily
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION billing_usage_rollups_apply();
+CREATE TRIGGER billing_usagedaily_rollups_delete AFTER DELETE ON billing_usagedaily
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION billing_usage_rollups_apply();
+
+-- The rows stored before: the triggers above already hold the table (no row can be
+-- written meanwhile), so nothing is counted twice or missed.
+"""
+    + "".join(
+        f"""
+INSERT INTO {table} ({", ".join(column for column, _kind in columns)}, {", ".join(MEASURES)}, day_rows)
+SELECT {key}, {", ".join(f"sum({m})" for m in MEASURES)}, count(*)
+  FROM billing_usagedaily GROUP BY {", ".join(str(position) for position in range(1, len(columns) + 1))};
+"""  # noqa: S608 - constant names
+        for _name, (table, key, columns) in ROLLUPS.items()
+    )
+)
+
+BACKWARD = """
+DROP TRIGGER IF EXISTS billing_usagedaily_rollups_insert ON billing_usagedaily;
+DROP TRIGGER IF EXISTS billing_usagedaily_rollups_update ON billing_usagedaily;
+DROP TRIGGER IF EXISTS billing_usagedaily_rollups_delete ON billing_usagedaily;
+DROP FUNCTION IF EXISTS billing_usage_rollups_apply();
+""" + "".join(
+    f"DROP FUNCTION IF EXISTS billing_usage_{name}_add("
+    + ", ".join([kind for _column, kind in columns] + ["numeric"] * len(MEASURES) + ["bigint"])
+    + ");\n"
+    for name, (_table, _key, columns) in ROLLUPS.items()
+)
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("agentops", "0005_invitation_email_delivery"),
+        ("billing", "0011_seed_price_parts_and_tiers"),
+    ]
+
+    operations = [
+        migrations.CreateModel(
+            name="UsageDailyByModel",
+            fields=[
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("input_tokens", models.BigIntegerField(default=0)),
+                ("cached_input_tokens", models.BigIntegerField(default=0)),
+                ("output_tokens", models.BigIntegerField(default=0)),
+                ("cost", models.DecimalField(decimal_places=9, default=0, max_digits=24)),
+                ("steps", models.BigIntegerField(default=0)),
+                ("unpriced_steps", models.BigIntegerField(default=0)),
+                ("reported_cost", models.DecimalField(decimal_places=9, default=0, max_digits=24)),
+                ("reported_computed_cost", models.DecimalField(decimal_places=9, default=0, max_digits=24)),
+                ("day_rows", models.BigIntegerField(default=0, help_text="UsageDaily rows of the key.")),
+                ("day", models.DateField()),
+                (
+                    "category",
+                    models.CharField(
+                        choices=[
+                            ("llm", "LLM calls"),
+                            ("tool", "Tools"),
+                            ("gpu", "GPU jobs"),
+                            ("evaluation", "Evaluation"),
+                        ],
+                        default="llm",
+                        max_length=12,
+                    ),
+                ),
+                (
+                    "unit",
+                    models.CharField(
+                        blank=True,
+                        help_text="What the spend is counted in: token, call, character, second, hour.",
+                        max_length=16,
+                    ),
+                ),
+                ("model", models.CharField(blank=True, max_length=200)),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="%(app_label)s_%(class)s_set",
+                        to="agentops.organization",
+                    ),
+                ),
+            ],
+            options={
+                "indexes": [models.Index(fields=["organization", "day", "model"], name="usage_daily_model_key")],
+            },
+            managers=[
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
+            ],
+        ),
+        migrations.CreateModel(
+            name="UsageMonthly",
+            fields=[
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("input_tokens", models.BigIntegerField(default=0)),
+                ("cached_input_tokens", models.BigIntegerField(default=0)),
+                ("output_tokens", models.BigIntegerField(default=0)),
+                ("cost", models.DecimalField(decimal_places=9, default=0, max_digits=24)),
+                ("steps", models.BigIntegerField(default=0)),
+                ("unpriced_steps", models.BigIntegerField(default=0)),
+                ("reported_cost", models.DecimalField(decimal_places=9, default=0, max_digits=24)),
+                ("reported_computed_cost", models.DecimalField(decimal_places=9, default=0, max_digits=24)),
+                ("day_rows", models.BigIntegerField(default=0, help_text="UsageDaily rows of the key.")),
+                ("month", models.DateField()),
+                ("agent_name", models.CharField(blank=True, max_length=200)),
+                ("model", models.CharField(blank=True, max_length=200)),
+                ("api_key_id", models.BigIntegerField(blank=True, null=True)),
+                ("end_user_id", models.CharField(blank=True, max_length=200)),
+                (
+                    "category",
+                    models.CharField(
+                        choices=[
+                            ("llm", "LLM calls"),
+                            ("tool", "Tools"),
+                            ("gpu", "GPU jobs"),
+                            ("evaluation", "Evaluation"),
+                        ],
+                        default="llm",
+                        max_length=12,
+                    ),
+                ),
+                (
+                    "unit",
+                    models.CharField(
+                        blank=True,
+                        help_text="What the spend is counted in: token, call, character, second, hour.",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "organization",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="%(app_label)s_%(class)s_set",
+                        to="agentops.organization",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="agentops.project"
+                    ),
+                ),
+            ],
+            options={
+                "indexes": [
+                    models.Index(fields=["organization", "month"], name="usage_monthly_org_month"),
+                    models.Index(fields=["project", "month", "model", "agent_name"], name="usage_monthly_key"),
+                ],
+            },
+            managers=[
+                ("objects", django.db.models.manager.Manager()),
+                ("dangerously_unscoped_objects", django.db.models.manager.Manager()),
+            ],
+        ),
+        migrations.RunSQL(FORWARD, BACKWARD),
+    ]
