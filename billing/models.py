@@ -289,8 +289,10 @@ class LedgerRollup(TenantModel):
 
 class UsageMonthly(LedgerRollup):
     """The ledger per calendar month (``month``: its first day), with every dimension of
-    ``UsageDaily`` but the day: a period's spend reads whole months from here and the
-    days at its ends from ``UsageDaily`` (``billing.rollups``)."""
+    ``UsageDaily`` but the day and the end user (no page sums spend per end user, and
+    there may be as many of them as runs: each would be a row to write per month): a
+    period's spend reads whole months from here and the days at its ends from
+    ``UsageDaily`` (``billing.rollups``)."""
 
     project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
     month = models.DateField()
@@ -299,15 +301,13 @@ class UsageMonthly(LedgerRollup):
     # Not a foreign key: deleting an API key sets UsageDaily's to NULL, and the trigger
     # moves the rows here; a SET NULL of its own, in whichever order, would count twice.
     api_key_id = models.BigIntegerField(null=True, blank=True)
-    end_user_id = models.CharField(max_length=200, blank=True)
     category = _category_field()
     unit = _unit_field()
 
     class Meta:
+        # Readers' (an organization's months) and the triggers' (a key's rows) in one.
         indexes = [
-            models.Index(fields=["organization", "month"], name="usage_monthly_org_month"),
-            # The triggers find a key's rows by it.
-            models.Index(fields=["project", "month", "model", "agent_name"], name="usage_monthly_key"),
+            models.Index(fields=["organization", "month", "project", "model", "agent_name"], name="usage_monthly_key")
         ]
 
 

@@ -5,15 +5,16 @@ end user, category, unit): 90 days of a busy organization are tens of thousands 
 Its two rollups (``billing.models.LedgerRollup``, kept exact by triggers in PostgreSQL)
 hold the same sums with fewer rows:
 
-- ``UsageMonthly`` (every dimension but the day, per calendar month) for sums not split
-  by day: a period is its months from here, corrected at either end by the days of those
+- ``UsageMonthly`` (every dimension but the day and the end user, per calendar month)
+  for sums split by neither: a period is its months from here, corrected at either end by the days of those
   months outside the period (subtracted) or, when fewer, by the days inside it (added
   instead of the month); days after today count as nothing to read, since usage is not
   dated in the future (the rare row that is, is subtracted all the same);
 - ``UsageDailyByModel`` (per organization, day, category, unit and model) for sums per
   day of those dimensions over the whole organization (the charts by model or category,
   energy per day);
-- ``UsageDaily`` itself for the rest (per day by project or agent, one project per day).
+- ``UsageDaily`` itself for the rest (per day by project or agent, one project per day,
+  anything by end user).
 
 Every source gives the same groups with the same sums: a group is listed when at least
 one ``UsageDaily`` row of the period has it (``day_rows``), even if its sums are zero.
@@ -37,6 +38,7 @@ MEASURES = ("input_tokens", "cached_input_tokens", "output_tokens", "cost", "ste
 MEASURES += ("reported_cost", "reported_computed_cost")
 # What each source can be grouped and filtered by.
 DAILY_DIMENSIONS = {"day", "project_id", "agent_name", "model", "api_key_id", "end_user_id", "category", "unit"}
+MONTHLY_DIMENSIONS = DAILY_DIMENSIONS - {"day", "end_user_id"}
 BY_MODEL_DIMENSIONS = {"day", "category", "unit", "model"}
 
 
@@ -120,7 +122,7 @@ def ledger_sums(
         days = " OR ".join("day BETWEEN %s AND %s" for _range in ranges)
         return f"{' AND '.join(filters)} AND ({days})", [*params, *(day for pair in ranges for day in pair)]
 
-    if "day" not in group_by:
+    if set(group_by) | set(where) <= MONTHLY_DIMENSIONS:
         months, added, subtracted = month_plan(start, end, today=today or datetime.now(UTC).date())
         if months:
             parts.append(
@@ -137,7 +139,7 @@ def ledger_sums(
             where, values = days_of(subtracted)
             parts.append((f"SELECT {negated}, -1 FROM billing_usagedaily WHERE {where}", values))  # noqa: S608
     else:
-        by_model = set(group_by) | set(where) <= BY_MODEL_DIMENSIONS
+        by_model = "day" in group_by and set(group_by) | set(where) <= BY_MODEL_DIMENSIONS
         table, rows = ("billing_usagedailybymodel", "day_rows") if by_model else ("billing_usagedaily", "1")
         where, values = days_of([(start, end)])
         parts.append((f"SELECT {selected}, {rows} FROM {table} WHERE {where}", values))  # noqa: S608

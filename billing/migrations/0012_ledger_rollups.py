@@ -23,7 +23,7 @@ ROLLUPS = {
     "monthly": (
         "billing_usagemonthly",
         "organization_id, project_id, date_trunc('month', day::timestamp)::date AS month, agent_name, model, api_key_id, "
-        "end_user_id, category, unit",
+        "category, unit",
         [
             ("organization_id", "bigint"),
             ("project_id", "bigint"),
@@ -31,7 +31,6 @@ ROLLUPS = {
             ("agent_name", "varchar"),
             ("model", "varchar"),
             ("api_key_id", "bigint"),
-            ("end_user_id", "varchar"),
             ("category", "varchar"),
             ("unit", "varchar"),
         ],
@@ -225,7 +224,6 @@ class Migration(migrations.Migration):
                 ("agent_name", models.CharField(blank=True, max_length=200)),
                 ("model", models.CharField(blank=True, max_length=200)),
                 ("api_key_id", models.BigIntegerField(blank=True, null=True)),
-                ("end_user_id", models.CharField(blank=True, max_length=200)),
                 (
                     "category",
                     models.CharField(
@@ -264,8 +262,9 @@ class Migration(migrations.Migration):
             ],
             options={
                 "indexes": [
-                    models.Index(fields=["organization", "month"], name="usage_monthly_org_month"),
-                    models.Index(fields=["project", "month", "model", "agent_name"], name="usage_monthly_key"),
+                    models.Index(
+                        fields=["organization", "month", "project", "model", "agent_name"], name="usage_monthly_key"
+                    ),
                 ],
             },
             managers=[

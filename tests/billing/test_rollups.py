@@ -17,13 +17,12 @@ from tests.billing.factories import ledger_row
 from tests.billing.test_ledger import drain, ingest_and_mark, llm_step
 
 KEYS = {
-    "billing_usagemonthly": "organization_id, project_id, month, agent_name, model, api_key_id, end_user_id, "
-    "category, unit",
+    "billing_usagemonthly": "organization_id, project_id, month, agent_name, model, api_key_id, category, unit",
     "billing_usagedailybymodel": "organization_id, day, category, unit, model",
 }
 DAILY_KEYS = {
     "billing_usagemonthly": "organization_id, project_id, date_trunc('month', day::timestamp)::date, agent_name, "
-    "model, api_key_id, end_user_id, category, unit",
+    "model, api_key_id, category, unit",
     "billing_usagedailybymodel": "organization_id, day, category, unit, model",
 }
 
@@ -127,6 +126,7 @@ def _rows_directly(project, other_project):
     for n, day in enumerate(days):
         ledger_row(project, day=day, model="large", cost=f"1.{n}00000001", input_tokens=100 + n, steps=2)
         ledger_row(project, day=day, model="small", agent_name="triage", cost="0.25", output_tokens=n, steps=1)
+        ledger_row(project, day=day, model="small", agent_name="triage", cost="0.5", end_user_id=f"user-{n % 2}")
         ledger_row(other_project, day=day, model="large", cost="3", category="tool", unit="call", steps=1)
     ledger_row(project, day=date(2026, 10, 20), model="zero", cost="0")
     ledger_row(project, day=date(2026, 11, 29), model="large", cost="7", reported_cost=Decimal("6.5"))
@@ -149,6 +149,8 @@ GROUPINGS = [
     ("day", "category"),
     ("day", "project_id"),
     ("day",),
+    ("end_user_id",),
+    ("model", "end_user_id"),
 ]
 
 
