@@ -97,10 +97,22 @@ def _apply(table: str, key: str, columns: list, changes: str) -> str:
          WHERE target IS NULL AND (day_rows > 0 OR EXISTS (SELECT 1 FROM {table} AS x WHERE {match("placed")}));"""  # noqa: S608
 
 
+# An upsert fires the INSERT and the UPDATE trigger, one of them often with no row (each
+# statement is planned when it runs: a trigger names only its own transition tables).
+NOTHING_CHANGED = """
+    IF TG_OP = 'DELETE' THEN
+        IF NOT EXISTS (SELECT FROM old_rows) THEN
+            RETURN NULL;
+        END IF;
+    ELSIF NOT EXISTS (SELECT FROM new_rows) THEN
+        RETURN NULL;
+    END IF;"""
+
 FORWARD = (
     """
 CREATE FUNCTION billing_usage_rollups_apply() RETURNS trigger AS $$
 BEGIN"""
+    + NOTHING_CHANGED
     + "".join(
         f"""
     {"IF" if position == 0 else "ELSIF"} TG_OP = '{operation}' THEN"""
