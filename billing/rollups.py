@@ -143,6 +143,8 @@ def ledger_sums(
         table, rows = ("billing_usagedailybymodel", "day_rows") if by_model else ("billing_usagedaily", "1")
         where, values = days_of([(start, end)])
         parts.append((f"SELECT {selected}, {rows} FROM {table} WHERE {where}", values))  # noqa: S608
+    if not parts:
+        return []  # a period that ends before it starts (a page's empty range) has no day
     sums = ", ".join(f"sum({m})::bigint AS {m}" if m in COUNTS else f"sum({m}) AS {m}" for m in measures)
     sql = (
         f"SELECT {columns + ', ' if columns else ''}{sums} "  # noqa: S608 - constant names

@@ -227,6 +227,15 @@ def test_ledger_sums_refuse_to_read_outside_the_organization_in_scope(tenant, ot
         assert ledger_sums(**arguments) == []
 
 
+def test_a_period_that_ends_before_it_starts_has_no_spend(tenant):
+    ledger_row(tenant.project, day=date(2026, 11, 1), model="large", cost="1")
+    with organization_scope(tenant.organization):
+        for start, end in [(date(2026, 11, 2), date(2026, 11, 1)), (date(2026, 12, 1), date(2026, 11, 30))]:
+            for group_by in [(), ("model",), ("day", "model"), ("end_user_id",)]:
+                found = ledger_sums(organization_id=tenant.organization.pk, start=start, end=end, group_by=group_by)
+                assert found == [], (start, end, group_by)
+
+
 def test_the_spend_table_of_90_days_is_two_statements(tenant, django_assert_num_queries):
     day = datetime.now(UTC).date()
     for offset in range(0, 90, 7):
