@@ -30,12 +30,10 @@ from datetime import UTC, date, datetime, timedelta
 from django.db import connection
 
 from agentops.scoping import check_scope
+from billing.ledger import MEASURES
 
-# The ledger's measures (``billing.ledger.MEASURES``): sums of counts, and of money.
+# The measures that count (summed as ``int``); the others are money (``Decimal``).
 COUNTS = ("input_tokens", "cached_input_tokens", "output_tokens", "steps", "unpriced_steps")
-MONEY = ("cost", "reported_cost", "reported_computed_cost")
-MEASURES = ("input_tokens", "cached_input_tokens", "output_tokens", "cost", "steps", "unpriced_steps")
-MEASURES += ("reported_cost", "reported_computed_cost")
 # What each source can be grouped and filtered by.
 DAILY_DIMENSIONS = {"day", "project_id", "agent_name", "model", "api_key_id", "end_user_id", "category", "unit"}
 MONTHLY_DIMENSIONS = DAILY_DIMENSIONS - {"day", "end_user_id"}
