@@ -244,3 +244,48 @@ def test_the_spend_table_of_90_days_is_two_statements(tenant, django_assert_num_
     with organization_scope(tenant.organization), django_assert_num_queries(2):
         table = spend.organization_spend_table(organization=tenant.organization, window=window)
     assert [(row["model"], row["cost"], row["steps"]) for row in table] == [("large", Decimal(13), 0)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_ledger_writer_never_waits_for_another_holding_the_same_rollup_rows(tenant):
+    """Two writers of the same month, model and agent: the second adds to another row of
+    the key (or a new one) instead of waiting for the first to commit, and both count."""
+    import threading
+
+    from django.db import connections, transaction
+
+    day = date(2026, 11, 3)
+    ledger_row(tenant.project, day=day, model="large", cost="1")
+    held, release = threading.Event(), threading.Event()
+
+    def writer_holding_the_key():
+        try:
+            with transaction.atomic():
+                with dangerously_unscoped("test"):
+                    UsageDaily.objects.filter(day=day, model="large").update(cost=Decimal("2"))
+                held.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=writer_holding_the_key)
+    thread.start()
+    assert held.wait(10)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")  # waiting would fail here, not hang
+            ledger_row(tenant.project, day=day + timedelta(days=1), model="large", cost="5")
+            ledger_row(tenant.project, day=day, model="small", cost="7")
+            cursor.execute("RESET lock_timeout")
+    finally:
+        release.set()
+        thread.join(10)
+    assert_rollups_agree()
+    with organization_scope(tenant.organization):
+        rows = ledger_sums(
+            organization_id=tenant.organization.pk, start=date(2026, 11, 1), end=date(2026, 11, 30), group_by=("model",)
+        )
+    assert sorted((row["model"], row["cost"]) for row in rows) == [("large", Decimal(7)), ("small", Decimal(7))]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM billing_usagemonthly WHERE model = 'large'")
+        assert cursor.fetchone() == (2,)  # the held row, and the one added beside it
