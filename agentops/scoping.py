@@ -72,6 +72,19 @@ def dangerously_unscoped(reason: str) -> Iterator[None]:
         _scope.reset(token)
 
 
+def check_scope(organization_id: int) -> None:
+    """For a read of tenant-owned rows that no ``TenantManager`` guards (raw SQL): raise
+    ``UnscopedQueryError`` unless ``organization_id`` is the organization in scope or
+    the block is ``dangerously_unscoped``."""
+    scope = _scope.get()
+    if scope is None:
+        raise UnscopedQueryError(
+            "tenant-owned rows: read them inside organization_scope() or dangerously_unscoped(reason)"
+        )
+    if scope is not _UNSCOPED and scope != organization_id:
+        raise UnscopedQueryError(f"organization {organization_id} is not the organization in scope")
+
+
 class TenantQuerySet(models.QuerySet):
     """A queryset that refuses to run if it was built with no organization in scope."""
 

@@ -16,7 +16,7 @@ from decimal import Decimal, InvalidOperation
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import Q
 from django.utils import timezone
 
 from agentops import crypto
@@ -24,9 +24,10 @@ from agentops.errors import InvalidRequest, PaymentRequired
 from agentops.models import ApiKey, Organization, Project
 from agentops.netguard import check_setting_url
 from agentops.queueing import send_after_commit
-from agentops.scoping import organization_scope
+from agentops.scoping import dangerously_unscoped, organization_scope
 from agentops.services.audit import acting_user, audit_record
-from billing.models import BillingSettings, Budget, UsageDaily
+from billing.models import BillingSettings, Budget
+from billing.rollups import ledger_sums
 from billing.tasks import evaluate_budget_alerts
 
 DEFAULT_THRESHOLDS = (50, 80, 100)
@@ -288,14 +289,21 @@ def budget_spend(budget: Budget, at: date | None = None) -> dict:
     the first day after the period."""
     day = at if at is not None else utc_today()
     start, end = budget_period(budget, day)
-    rows = UsageDaily.dangerously_unscoped_objects.filter(
-        organization_id=budget.organization_id, day__gte=start, day__lt=end
-    )
+    where = {}
     if budget.scope == Budget.Scope.PROJECT:
-        rows = rows.filter(project_id=budget.project_id)
+        where["project_id"] = budget.project_id
     elif budget.scope == Budget.Scope.API_KEY:
-        rows = rows.filter(api_key_id=budget.api_key_id)
-    spend = rows.aggregate(total=Sum("cost"))["total"] or Decimal(0)
+        where["api_key_id"] = budget.api_key_id
+    with dangerously_unscoped("a budget's spend, read for its own organization by pages and tasks alike"):
+        rows = ledger_sums(
+            organization_id=budget.organization_id,
+            start=start,
+            end=end - timedelta(days=1),
+            measures=("cost",),
+            where=where,
+        )
+    # A sum of nothing, or of zeros, is Decimal(0) (not 0E-9), as it always was.
+    spend = (rows[0]["cost"] if rows else None) or Decimal(0)
     percent = spend * 100 / budget.amount if budget.amount else Decimal(0)
     return {"spend": spend, "period_start": start, "period_end": end, "percent": percent}
 

@@ -20,10 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 
-from django.db.models import Sum
-from django.db.models.functions import Coalesce
-
-from billing.models import Category, ComputeUsage, EnergyFactor, EvaluationUsage, RunUsage, UsageDaily
+from billing.models import Category, ComputeUsage, EnergyFactor, EvaluationUsage, RunUsage
+from billing.rollups import ledger_sums
 
 THOUSAND = Decimal(1000)
 HOUR = Decimal(3600)
@@ -163,21 +161,22 @@ def daily_footprint(*, organization, window, project=None) -> dict:
     ``{"days", "energy_wh", "co2e_g", "total": Footprint}``; model calls and judge calls
     from the ledger, GPU jobs from their daily usage."""
     factors = Factors()
-    tokens = UsageDaily.objects.filter(
-        organization=organization,
-        day__gte=window.start,
-        day__lte=window.end,
-        category__in=[Category.LLM, Category.EVALUATION],
-    ).exclude(model="")
+    # Per day and model: from the ledger's rollup by model for the whole organization.
+    tokens = ledger_sums(
+        organization_id=getattr(organization, "pk", organization),
+        start=window.start,
+        end=window.end,
+        group_by=("day", "model"),
+        measures=("input_tokens", "output_tokens"),
+        where={"project_id": project.pk} if project is not None else {},
+        categories=(Category.LLM.value, Category.EVALUATION.value),
+        without_empty_model=True,
+    )
     gpu = ComputeUsage.objects.filter(organization=organization, day__gte=window.start, day__lte=window.end)
     if project is not None:
-        tokens, gpu = tokens.filter(project=project), gpu.filter(project=project)
+        gpu = gpu.filter(project=project)
     per_day: dict[date, Footprint] = defaultdict(Footprint)
-    for row in (
-        tokens.values("day", "model")
-        .annotate(input_tokens=Coalesce(Sum("input_tokens"), 0), output_tokens=Coalesce(Sum("output_tokens"), 0))
-        .order_by()
-    ):
+    for row in tokens:
         per_day[row["day"]] += _tokens_rows([row], factors)
     for row in gpu.values(*_GPU_FIELDS).order_by():
         per_day[row["day"]] += _gpu_rows([row], factors)

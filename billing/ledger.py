@@ -201,7 +201,9 @@ def ledger_rebuild() -> dict:
         # TRUNCATE refuses to run with foreign key checks pending (deferred, from the
         # INSERT above): run them now, then defer again as Django expects.
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute("TRUNCATE billing_usagedaily")
+        # A TRUNCATE fires no row trigger: the rollups (billing.models.LedgerRollup) go
+        # with UsageDaily, and the triggers fill them again from the insert below.
+        cursor.execute("TRUNCATE billing_usagedaily, billing_usagemonthly, billing_usagedailybymodel")
         cursor.execute("SET CONSTRAINTS ALL DEFERRED")
         summed = f"""
             SELECT {_DIMENSIONS}, {", ".join(f"sum({m})" for m in MEASURES)}

@@ -258,6 +258,73 @@ class UsageDaily(LedgerRow):
         verbose_name_plural = "daily usage"
 
 
+class LedgerRollup(TenantModel):
+    """What the ledger's rollups of ``UsageDaily`` hold besides their keys: the same
+    measures, and ``day_rows``, how many ``UsageDaily`` rows the key covers (a reader
+    that adds and subtracts days knows from it whether any row of its window is left,
+    so it lists the same groups as a sum of the daily rows would, zero rows included).
+
+    PostgreSQL keeps them exact: statement triggers on ``billing_usagedaily`` (migration
+    0012) add every inserted row, subtract every deleted one and apply the difference of
+    every update, in the writer's transaction (ledger refresh, GPU jobs, judge calls,
+    deletion of a project or organization alike); ``ledger_rebuild`` truncates them with
+    ``UsageDaily`` (a TRUNCATE fires no row trigger) and its insert refills them. Like
+    ``runs.LlmHourly``, a trigger adds to a row of the key no other transaction holds
+    (``FOR UPDATE SKIP LOCKED``) or inserts one, so ledger writers never wait on a
+    rollup: a key may have several rows, and readers sum them (``billing.rollups``)."""
+
+    input_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(default=0, max_digits=24, decimal_places=9)
+    steps = models.BigIntegerField(default=0)
+    unpriced_steps = models.BigIntegerField(default=0)
+    reported_cost = models.DecimalField(default=0, max_digits=24, decimal_places=9)
+    reported_computed_cost = models.DecimalField(default=0, max_digits=24, decimal_places=9)
+    day_rows = models.BigIntegerField(default=0, help_text="UsageDaily rows of the key.")
+
+    class Meta:
+        abstract = True
+
+
+class UsageMonthly(LedgerRollup):
+    """The ledger per calendar month (``month``: its first day), with every dimension of
+    ``UsageDaily`` but the day and the end user (no page sums spend per end user, and
+    there may be as many of them as runs: each would be a row to write per month): a
+    period's spend reads whole months from here and the days at its ends from
+    ``UsageDaily`` (``billing.rollups``)."""
+
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+")
+    month = models.DateField()
+    agent_name = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    # Not a foreign key: deleting an API key sets UsageDaily's to NULL, and the trigger
+    # moves the rows here; a SET NULL of its own, in whichever order, would count twice.
+    api_key_id = models.BigIntegerField(null=True, blank=True)
+    category = _category_field()
+    unit = _unit_field()
+
+    class Meta:
+        # Readers' (an organization's months) and the triggers' (a key's rows) in one.
+        indexes = [
+            models.Index(fields=["organization", "month", "project", "model", "agent_name"], name="usage_monthly_key")
+        ]
+
+
+class UsageDailyByModel(LedgerRollup):
+    """The ledger per organization, day, category, unit and model (no project, agent, API
+    key or end user): the billing page's charts by model or category and its energy per
+    day read a period here instead of every ledger row (``billing.rollups``)."""
+
+    day = models.DateField()
+    category = _category_field()
+    unit = _unit_field()
+    model = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["organization", "day", "model"], name="usage_daily_model_key")]
+
+
 class EvaluationUsage(TenantModel):
     """One judge call of an LLM-judge evaluator (an experiment's, an online rule's or a
     try), with its tokens and cost: its own record, like ``ComputeUsage`` (nothing to

@@ -22,6 +22,7 @@ from agentops.models import ApiKey, Organization, Project
 from agentops.scoping import dangerously_unscoped
 from billing.ledger import COMPUTE_MODEL_PREFIX, is_compute_usage
 from billing.models import Category, ComputeUsage, UsageDaily
+from billing.rollups import ledger_sums
 from billing.services import costs_differ
 from billing.usage import usage_source
 
@@ -91,8 +92,11 @@ def month_window(day: date) -> Window:
 # --- The organization's billing page ---------------------------------------------------
 
 
-def _ledger(*, organization, window: Window):
-    return UsageDaily.objects.filter(organization=organization, day__gte=window.start, day__lte=window.end)
+def _sums(organization, window: Window, **options) -> list[dict]:
+    """The ledger's sums over ``window`` of ``organization`` (an object or its id), from
+    its rollups where they hold them, from ``UsageDaily`` otherwise (``ledger_sums``)."""
+    organization_id = organization if isinstance(organization, int) else organization.pk
+    return ledger_sums(organization_id=organization_id, start=window.start, end=window.end, **options)
 
 
 def totals_of(table: list[dict]) -> dict:
@@ -108,12 +112,7 @@ def organization_spend_table(*, organization, window: Window) -> list[dict]:
     expensive first."""
     # Grouped by project id, not by the joined slug and name: the join would be made for
     # every ledger row of the period; the few projects are read once afterwards.
-    rows = list(
-        _ledger(organization=organization, window=window)
-        .values("project_id", "agent_name", "model", "category", "unit")
-        .annotate(**SUMS)
-        .order_by()
-    )
+    rows = _sums(organization, window, group_by=("project_id", "agent_name", "model", "category", "unit"))
     projects = {
         project.pk: project
         for project in Project.objects.filter(pk__in={row["project_id"] for row in rows}).only("slug", "name")
@@ -132,12 +131,7 @@ def organization_series(*, organization, window: Window, dimension: str) -> dict
     ``{"days": [...], "series": [{"name", "cost": [...]}]}``; beyond the biggest
     ``CHART_SERIES`` names the rest is one "Other" series."""
     field = {"model": "model", "project": "project_id", "agent": "agent_name", "category": "category"}[dimension]
-    rows = list(
-        _ledger(organization=organization, window=window)
-        .values("day", field)
-        .annotate(cost=Coalesce(Sum("cost"), Decimal(0)))
-        .order_by()
-    )
+    rows = _sums(organization, window, group_by=("day", field), measures=("cost",))
     if dimension == "project":
         slugs = dict(Project.objects.filter(pk__in={row[field] for row in rows}).values_list("pk", "slug"))
         for row in rows:
@@ -191,13 +185,9 @@ def spend_by(
     organization or one ``project``, of every category or those listed. Each row has its
     group values (a project as its slug, an API key as its prefix and name, empty when
     none) and ``SUMS``; by day first when grouped by day, else the most expensive first."""
-    queryset = _ledger(organization=organization, window=window)
-    if project is not None:
-        queryset = queryset.filter(project=project)
-    if categories:
-        queryset = queryset.filter(category__in=categories)
-    fields = [GROUPS[name] for name in group_by]
-    rows = list(queryset.values(*fields).annotate(**SUMS).order_by())
+    fields = tuple(GROUPS[name] for name in group_by)
+    where = {"project_id": project.pk} if project is not None else {}
+    rows = _sums(organization, window, group_by=fields, where=where, categories=categories)
     if "project" in group_by:
         slugs = dict(Project.objects.filter(pk__in={row["project_id"] for row in rows}).values_list("pk", "slug"))
     if "api_key" in group_by:
@@ -333,12 +323,7 @@ def project_spend(*, project: Project, window: Window, by: str) -> list[dict]:
     by day in date order, otherwise the most expensive first. ``key`` names the API key by
     its prefix ("(none)" for work no key started)."""
     field = SPEND_DIMENSIONS[by]
-    rows = list(
-        UsageDaily.objects.filter(project=project, day__gte=window.start, day__lte=window.end)
-        .values(field)
-        .annotate(**SUMS)
-        .order_by()
-    )
+    rows = _sums(project.organization_id, window, group_by=(field,), where={"project_id": project.pk})
     names: dict = {}
     if by == "project":
         names = {project.pk: project.slug}

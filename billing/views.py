@@ -69,6 +69,14 @@ class BillingIndexPage(OrganizationPage):
                 ),
             )
         totals = spend.totals_of(table)
+        # Each row links to its project's runs: reversed once per project, not per row
+        # (hundreds of rows over 90 days).
+        runs_urls = {
+            slug: reverse("runs:index", args=[self.organization.slug, slug])
+            for slug in {row["project__slug"] for row in table}
+        }
+        for row in table:
+            row["runs_url"] = runs_urls[row["project__slug"]]
         series = spend.organization_series(organization=self.organization, window=window, dimension=dimension)
         chart = {
             "days": [day.isoformat() for day in series["days"]],

@@ -407,3 +407,66 @@ def test_cost_by_model_forgets_deleted_runs(tenant):
 
     Project.dangerously_unscoped_objects.filter(pk=project.pk).delete()
     assert not LlmHourly.dangerously_unscoped_objects.filter(project_id=project.pk).exists()
+
+
+def _orm_series(project, start, end):
+    """The dashboard's series as the ORM groups it (TruncHour or TruncDay of the start)."""
+    from django.db.models import Avg, Count, Q, Sum
+    from django.db.models.functions import TruncDay, TruncHour
+
+    bucket = TruncHour("started_at") if (end - start).total_seconds() <= 2 * 86400 else TruncDay("started_at")
+    return list(
+        Run.objects.filter(project=project, started_at__gte=start, started_at__lt=end)
+        .annotate(bucket=bucket)
+        .values("bucket")
+        .annotate(
+            runs=Count("started_at"),
+            failed=Count("started_at", filter=Q(status=Run.Status.FAILED)),
+            cost=Sum("total_cost"),
+            tokens=Sum("output_tokens") + Sum("input_tokens"),
+            avg_latency_ms=Avg("latency_ms"),
+        )
+        .order_by("bucket")
+    )
+
+
+def test_dashboard_series_is_the_runs_grouped_by_hour_or_day(tenant, other_tenant):
+    """Bucket by bucket, the same rows (types and representations too) as grouping the
+    range's runs by the hour or day they started: ranges starting and ending inside a
+    bucket, buckets without runs, runs with no latency, cost or tokens."""
+    from tests.billing.factories import make_run
+
+    project = tenant.project
+    for n in range(40):
+        make_run(
+            project,
+            started_at=T0 + timedelta(minutes=97 * n),
+            status=Run.Status.FAILED if n % 4 == 0 else Run.Status.SUCCEEDED,
+            latency_ms=None if n % 6 == 0 else 500 + 37 * n,
+            total_cost=(Decimal(n) / 7).quantize(Decimal("0.000000001")),
+            input_tokens=10 * n,
+            output_tokens=n,
+        )
+    make_run(other_tenant.project, started_at=T0 + timedelta(minutes=5), status=Run.Status.FAILED)
+    ranges = [
+        (T0 - timedelta(hours=1), T0 + timedelta(hours=1)),
+        (T0 + timedelta(minutes=30), T0 + timedelta(hours=40, minutes=10)),  # hourly, inside buckets
+        (T0 + timedelta(minutes=30), T0 + timedelta(days=3, minutes=1)),  # daily
+        (T0 - timedelta(days=7), T0 + timedelta(days=7)),
+        (T0 + timedelta(hours=20), T0 + timedelta(hours=20)),
+    ]
+    with organization_scope(project.organization):
+        for start, end in ranges:
+            series = selectors.dashboard(project=project, start=start, end=end)["series"]
+            expected = _orm_series(project, start, end)
+            assert series == expected, (start, end)
+            assert [{k: (type(v), str(v)) for k, v in row.items()} for row in series] == [
+                {k: (type(v), str(v)) for k, v in row.items()} for row in expected
+            ]
+        assert (
+            sum(
+                row["runs"]
+                for row in selectors.dashboard(project=project, start=ranges[3][0], end=ranges[3][1])["series"]
+            )
+            == 40
+        )
