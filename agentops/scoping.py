@@ -72,6 +72,16 @@ def dangerously_unscoped(reason: str) -> Iterator[None]:
         _scope.reset(token)
 
 
+def organization_id_for_sql() -> int | None:
+    """The organization a hand-written statement of tenant-owned rows must filter by, as
+    the managers do: the one in scope, or None inside ``dangerously_unscoped`` (no
+    filter); with no organization in scope, UnscopedQueryError."""
+    scope = _scope.get()
+    if scope is None:
+        raise UnscopedQueryError("a tenant-owned table is queried: do it inside organization_scope()")
+    return scope if isinstance(scope, int) else None
+
+
 class TenantQuerySet(models.QuerySet):
     """A queryset that refuses to run if it was built with no organization in scope."""
 

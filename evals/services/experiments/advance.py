@@ -13,6 +13,9 @@ Under a lock on the experiment the step
 With nothing left in flight it ends the experiment: the summary (``summary``), the
 status (failed when every finished item failed); once committed, the live pages are told
 and ``evals.tasks.experiment_ended`` runs what follows an end (the exports).
+
+A scoring advances in its own transaction (``lock_experiment``, ``advance_locked``,
+``cancel_after_advance``): the item's end and the start of the next one commit together.
 """
 
 from __future__ import annotations
@@ -35,50 +38,69 @@ ACTIVE = (ExperimentResult.Status.RUNNING, ExperimentResult.Status.SCORING)
 def experiment_advance(*, experiment_id: int) -> None:
     """Start as many pending items as the concurrency allows, finish a cancelled
     experiment, or finalize one with nothing left. Safe to call any number of times."""
-    cancel_runs: list[int] = []
     with transaction.atomic():
-        experiment = (
-            Experiment.objects.select_for_update(of=("self",))
-            .select_related("project__organization", "agent_version__agent")
-            .filter(pk=experiment_id)
-            .first()
+        cancel_runs = advance_locked(lock_experiment(experiment_id))
+    cancel_after_advance(cancel_runs)
+
+
+def lock_experiment(experiment_id: int, *, project=None) -> Experiment | None:
+    """The experiment, locked until the caller's transaction ends, with what advancing it
+    reads (its agent version and agent; its project and organization, unless ``project``,
+    already loaded with its organization, is given)."""
+    related = ("agent_version__agent",) if project is not None else ("project__organization", "agent_version__agent")
+    experiment = (
+        Experiment.objects.select_for_update(of=("self",)).select_related(*related).filter(pk=experiment_id).first()
+    )
+    if experiment is not None and project is not None:
+        experiment.project = project
+    return experiment
+
+
+def advance_locked(experiment: Experiment | None) -> list[int]:
+    """``experiment_advance`` inside the caller's transaction, which holds the experiment's
+    lock (``lock_experiment``); returns the runs to cancel once it commits
+    (``cancel_after_advance``)."""
+    cancel_runs: list[int] = []
+    if experiment is None or experiment.ended:
+        return cancel_runs
+    if experiment.status == Experiment.Status.QUEUED:
+        experiment.status = Experiment.Status.RUNNING
+        experiment.started_at = timezone.now()
+        experiment.save(update_fields=["status", "started_at", "updated_at"])
+    results = ExperimentResult.objects.filter(experiment=experiment)
+    if experiment.cancel_requested:
+        cancel_runs = list(
+            results.filter(status=ExperimentResult.Status.RUNNING, run__isnull=False).values_list("run_id", flat=True)
         )
-        if experiment is None or experiment.ended:
-            return
-        if experiment.status == Experiment.Status.QUEUED:
-            experiment.status = Experiment.Status.RUNNING
-            experiment.started_at = timezone.now()
-            experiment.save(update_fields=["status", "started_at", "updated_at"])
-        results = ExperimentResult.objects.filter(experiment=experiment)
-        if experiment.cancel_requested:
-            cancel_runs = list(
-                results.filter(status=ExperimentResult.Status.RUNNING, run__isnull=False).values_list(
-                    "run_id", flat=True
-                )
+        if not results.filter(status__in=ACTIVE).exists():
+            _finalize(experiment, status=experiment.metadata.get("stop_status", Experiment.Status.CANCELLED))
+    elif experiment.kind == Experiment.Kind.EXECUTED:
+        active = results.filter(status__in=ACTIVE).count()
+        free = experiment.concurrency - active
+        if free > 0:
+            pending = list(
+                results.filter(status=ExperimentResult.Status.PENDING).select_related("item").order_by("id")[:free]
             )
-            if not results.filter(status__in=ACTIVE).exists():
-                _finalize(experiment, status=experiment.metadata.get("stop_status", Experiment.Status.CANCELLED))
-        elif experiment.kind == Experiment.Kind.EXECUTED:
-            active = results.filter(status__in=ACTIVE).count()
-            free = experiment.concurrency - active
-            if free > 0:
-                pending = list(
-                    results.filter(status=ExperimentResult.Status.PENDING).select_related("item").order_by("id")[:free]
-                )
-                for result in pending:
-                    _start_item(experiment, result)
-                if pending:
-                    started = [result.pk for result in pending]
-                    transaction.on_commit(lambda: _announce_started(experiment, started))
-                if not pending and active == 0:
-                    _finalize(experiment)
-        else:  # external: ends when every item is reported and scored, or when its harness says so
-            waiting_for = (
-                ACTIVE if experiment.metadata.get("complete_requested") else (ExperimentResult.Status.PENDING, *ACTIVE)
-            )
-            if not results.filter(status__in=waiting_for).exists():
+            for result in pending:
+                _start_item(experiment, result)
+            if pending:
+                started = [result.pk for result in pending]
+                transaction.on_commit(lambda: _announce_started(experiment, started))
+            if not pending and active == 0:
                 _finalize(experiment)
-    for run_id in cancel_runs:
+    else:  # external: ends when every item is reported and scored, or when its harness says so
+        waiting_for = (
+            ACTIVE if experiment.metadata.get("complete_requested") else (ExperimentResult.Status.PENDING, *ACTIVE)
+        )
+        if not results.filter(status__in=waiting_for).exists():
+            _finalize(experiment)
+    return cancel_runs
+
+
+def cancel_after_advance(run_ids: list[int]) -> None:
+    """Cancel the running runs of an experiment asked to end (after the lock: their
+    results are scored as usual)."""
+    for run_id in run_ids:
         run = Run.objects.filter(pk=run_id).first()
         if run is not None and run.status not in Run.ENDED:
             try:

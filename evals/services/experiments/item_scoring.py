@@ -24,7 +24,7 @@ from django.utils import timezone
 from evals import live, tasks
 from evals.models import Experiment, ExperimentResult, Score
 from evals.scoring import Subject, evaluate, passed, reads_trajectory
-from evals.services.experiments.advance import ACTIVE, experiment_advance
+from evals.services.experiments.advance import ACTIVE, advance_locked, cancel_after_advance, lock_experiment
 from evals.services.experiments.totals import count_finished
 from runs.models import Run
 
@@ -119,18 +119,28 @@ def score_result(*, result_id: int) -> None:
         for spec in experiment.evaluators
     ]
 
+    scores: dict[str, float | None] = {spec["name"]: outcome.value for spec, outcome in outcomes}
+    reported_scores = {name: value for name, value in reported_scores.items() if name not in scores}
+    scores.update(reported_scores)  # the platform's evaluator of a name wins over a reported score
+    result.status = ExperimentResult.Status.ERROR if error else ExperimentResult.Status.DONE
+    result.cost, result.tokens, result.latency_ms = cost or Decimal(0), tokens or 0, latency
     with transaction.atomic():
-        result = (
-            ExperimentResult.objects.select_for_update()
-            .only("organization_id", "project_id", "status", "updated_at")  # what is checked; the rest is written
-            .filter(pk=result_id)
-            .first()
+        # Stored only if it is still being scored and was not reported again meanwhile
+        # (that report's scoring stores it): the UPDATE locks the row and checks both.
+        now = timezone.now()
+        stored = ExperimentResult.objects.filter(pk=result_id, status__in=ACTIVE, updated_at=seen).update(
+            scores=scores,
+            output=output,
+            cost=result.cost,
+            tokens=result.tokens,
+            latency_ms=latency,
+            error=error,
+            status=result.status,
+            ended_at=now,
+            updated_at=now,
         )
-        if result is None or result.status not in ACTIVE:
+        if not stored:
             return
-        if result.updated_at != seen:  # reported again meanwhile: that report's scoring task stores it
-            return
-        scores: dict[str, float | None] = {}
         rows = []
 
         def score_row(**fields) -> Score:
@@ -140,7 +150,6 @@ def score_result(*, result_id: int) -> None:
             )
 
         for spec, outcome in outcomes:
-            scores[spec["name"]] = outcome.value
             rows.append(
                 score_row(
                     evaluator_id=spec.get("id"),
@@ -154,36 +163,16 @@ def score_result(*, result_id: int) -> None:
                 )
             )
         for name, value in reported_scores.items():
-            if name in scores:
-                continue  # the platform's evaluator of that name wins
-            scores[name] = value
             rows.append(score_row(name=name, value=value, passed=None, source=Score.Source.EXTERNAL))
         Score.objects.filter(result=result).delete()
         Score.objects.bulk_create(rows)
-        result.scores = scores
-        result.output = output
-        result.cost = cost or Decimal(0)
-        result.tokens = tokens or 0
-        result.latency_ms = latency
-        result.error = error
-        result.status = ExperimentResult.Status.ERROR if error else ExperimentResult.Status.DONE
-        result.ended_at = result.updated_at = timezone.now()
-        result.save(
-            update_fields=[
-                "scores",
-                "output",
-                "cost",
-                "tokens",
-                "latency_ms",
-                "error",
-                "status",
-                "ended_at",
-                "updated_at",
-            ]
-        )
+        # The experiment's lock, its totals and the next item, in this transaction: the
+        # item's end and the start of the next one commit together.
+        locked = lock_experiment(experiment.pk, project=experiment.project)
         count_finished(experiment, result)
         transaction.on_commit(lambda: _announce_result(experiment, result.pk))
-    experiment_advance(experiment_id=experiment.pk)
+        cancel_runs = advance_locked(locked)
+    cancel_after_advance(cancel_runs)
 
 
 def _announce_result(experiment: Experiment, result_id: int) -> None:
