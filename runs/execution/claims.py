@@ -17,6 +17,7 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
+from agentops import rows
 from agentops.models import Organization, Project
 from agentops.scoping import dangerously_unscoped, organization_id_for_sql
 from runs.models import Run
@@ -42,42 +43,28 @@ class LostClaim(Exception):
     this one stops without writing anything more."""
 
 
-def _loaded_fields(model, skip: tuple[str, ...] = ()) -> list:
-    return [f for f in model._meta.concrete_fields if f.attname not in skip]
+_RUN_SKIPPED = ("search",)  # the search text: large, never read by the executor
 
 
 @cache
 def _claim_sql() -> str:
     """The claim and the claimed run with its project and organization, in one statement
-    (the worker reads them next; the search text, never read here, is left out)."""
-    quote = connection.ops.quote_name
-    run = ", ".join(quote(f.column) for f in _loaded_fields(Run, ("search",)))
-    project = ", ".join(f"project.{quote(f.column)}" for f in _loaded_fields(Project))
-    organization = ", ".join(f"organization.{quote(f.column)}" for f in _loaded_fields(Organization))
+    (the worker reads them next)."""
     # A stalled run is taken even when cancelled meanwhile: its new worker ends it.
     return f"""
         WITH claimed AS (
-            UPDATE runs_run SET status = %(running)s, worker = %(claim)s, heartbeat_at = %(now)s,
+            UPDATE runs_run AS run SET status = %(running)s, worker = %(claim)s, heartbeat_at = %(now)s,
                 execution = {_COUNT_LOST_WORKER}
             WHERE id = %(run_id)s AND (%(organization_id)s::bigint IS NULL OR organization_id = %(organization_id)s)
               AND (status = %(queued)s OR (status = %(waiting)s AND cancel_requested)
                    OR (status = %(running)s AND heartbeat_at < %(stalled)s))
-            RETURNING {run}
+            RETURNING {rows.columns(Run, "run", _RUN_SKIPPED)}
         )
-        SELECT claimed.*, {project}, {organization} FROM claimed
+        SELECT claimed.*, {rows.columns(Project, "project")}, {rows.columns(Organization, "organization")}
+        FROM claimed
         JOIN agentops_project AS project ON project.id = claimed.project_id
         JOIN agentops_organization AS organization ON organization.id = project.organization_id
         """  # noqa: S608 - quoted constants
-
-
-def _instance(model, fields: list, values) -> object:
-    """An instance of ``model`` from the row ``values`` of ``fields``, as a queryset makes it
-    (each field's conversion from the database, JSON parsed)."""
-    values = [
-        f.from_db_value(value, None, connection) if value is not None and hasattr(f, "from_db_value") else value
-        for f, value in zip(fields, values, strict=True)
-    ]
-    return model.from_db(connection.alias, [f.attname for f in fields], values)
 
 
 def claim_run(run_id: int) -> Run | None:
@@ -107,11 +94,8 @@ def claim_run(run_id: int) -> Run | None:
     # Nothing got updated: another worker got there first, or the run is not ours to take.
     if row is None:
         return None
-    run_fields, project_fields = _loaded_fields(Run, ("search",)), _loaded_fields(Project)
-    organization_fields = _loaded_fields(Organization)
-    run = _instance(Run, run_fields, row[: len(run_fields)])
-    project = _instance(Project, project_fields, row[len(run_fields) : len(run_fields) + len(project_fields)])
-    project.organization = _instance(Organization, organization_fields, row[len(run_fields) + len(project_fields) :])
+    run, project, organization = rows.instances(row, (Run, _RUN_SKIPPED), (Project, ()), (Organization, ()))
+    project.organization = organization
     run.project = project
     return run
 

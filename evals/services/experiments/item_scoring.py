@@ -31,6 +31,20 @@ from runs.models import Run
 logger = logging.getLogger(__name__)
 
 
+# The fields score_result reads (any other would be read when used, one query each):
+# of the result, its experiment (its project and organization whole), item and run.
+_SCORED_FIELDS = (
+    *("organization_id", "project_id", "status", "updated_at", "reported", "output", "cost", "tokens"),
+    *("latency_ms", "error"),
+    *("experiment__organization_id", "experiment__kind", "experiment__evaluators", "experiment__project_id"),
+    *(f"experiment__project__{name}" for name in ("organization_id", "name", "slug", "created_at")),
+    *(f"experiment__project__organization__{name}" for name in ("name", "slug", "created_at")),
+    *("item__input", "item__expected", "item__metadata"),
+    *(f"run__{name}" for name in ("organization_id", "project_id", "status", "error", "output", "total_cost")),
+    *("run__input_tokens", "run__output_tokens", "run__latency_ms"),
+)
+
+
 def on_run_ended(sender, run: Run, status: str, **kwargs) -> None:
     """``runs.signals.run_ended`` receiver: the item whose run this is gets scored."""
     organization_id = run.organization_id
@@ -74,7 +88,7 @@ def score_result(*, result_id: int) -> None:
     done is left alone, and scores are upserted."""
     result = (
         ExperimentResult.objects.select_related("experiment__project__organization", "item", "run")
-        .defer("run__execution", "run__search")  # the executor's state and the search text: not scored
+        .only(*_SCORED_FIELDS)  # what scoring reads: a run has some fifty columns, large JSON among them
         .filter(pk=result_id)
         .first()
     )
@@ -168,7 +182,7 @@ def score_result(*, result_id: int) -> None:
         Score.objects.bulk_create(rows)
         # The experiment's lock, its totals and the next item, in this transaction: the
         # item's end and the start of the next one commit together.
-        locked = lock_experiment(experiment.pk, project=experiment.project)
+        locked = lock_experiment(experiment.pk)
         count_finished(experiment, result)
         transaction.on_commit(lambda: _announce_result(experiment, result.pk))
         cancel_runs = advance_locked(locked)
