@@ -16,6 +16,11 @@ def loaded_fields(model, skip: tuple[str, ...] = ()) -> list:
     return [f for f in model._meta.concrete_fields if f.attname not in skip]
 
 
+def all_but(model, *keep: str) -> tuple[str, ...]:
+    """The ``skip`` of ``model`` that reads only ``keep`` (attribute names) and its key."""
+    return tuple(f.attname for f in model._meta.concrete_fields if not f.primary_key and f.attname not in keep)
+
+
 def columns(model, alias: str, skip: tuple[str, ...] = ()) -> str:
     """``alias.column, ...`` of ``loaded_fields(model, skip)``, quoted."""
     quote = connection.ops.quote_name

@@ -12,6 +12,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agentops import rows
 from agentops.errors import InvalidRequest
 from agentops.queueing import send_or_leave_to_sweeper
 from agentops.services.audit import audit_record
@@ -161,28 +162,34 @@ def create_executed_run(
     return run
 
 
+_RUN_SKIPPED = ("search",)  # the search text: large, never read by the executor
+
+
 @cache
 def _mark_executed_sql() -> str:
-    """UPDATE of a new run's executor fields, returning the run (all but its search text,
-    which the executor never reads): one statement instead of a read and a write."""
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in Run._meta.concrete_fields if f.attname != "search")
+    """UPDATE of a new run's executor fields, returning the run: one statement instead of
+    a read and a write, built once (``agentops.rows``)."""
     return (
-        "UPDATE runs_run SET executed = true, executed_version_id = %s, replay_of_id = %s, api_key_id = %s, "  # noqa: S608
-        f"execution = %s WHERE id = %s RETURNING {columns}"  # quoted constants
+        "UPDATE runs_run AS run SET executed = true, executed_version_id = %s, replay_of_id = %s, "  # noqa: S608
+        f"api_key_id = %s, execution = %s WHERE id = %s RETURNING {rows.columns(Run, 'run', _RUN_SKIPPED)}"
     )
 
 
 def _mark_executed(run_id: int, *, version, replay_of, api_key, execution: dict) -> Run:
     """Mark the run ``run_id`` (just created by ingest) executed, with its version, the run it
     replays, the key that asked for it and the executor's state; returns it."""
-    params = [
-        getattr(version, "pk", None),
-        getattr(replay_of, "pk", None),
-        getattr(api_key, "pk", None),
-        Run._meta.get_field("execution").get_db_prep_save(execution, connection),
-        run_id,
-    ]
-    run = next(iter(Run.objects.raw(_mark_executed_sql(), params)))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _mark_executed_sql(),
+            [
+                getattr(version, "pk", None),
+                getattr(replay_of, "pk", None),
+                getattr(api_key, "pk", None),
+                Run._meta.get_field("execution").get_db_prep_save(execution, connection),
+                run_id,
+            ],
+        )
+        (run,) = rows.instances(cursor.fetchone(), (Run, _RUN_SKIPPED))
     # The related objects the caller gave, as the instance had them before (no query to read them).
     run.executed_version, run.replay_of, run.api_key = version, replay_of, api_key
     return run

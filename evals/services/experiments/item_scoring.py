@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import logging
 from decimal import Decimal
+from functools import cache
 
 from celery import current_task
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agentops import rows
+from agentops.models import Organization, Project
+from agentops.scoping import organization_id_for_sql
 from evals import live, tasks
-from evals.models import Experiment, ExperimentResult, Score
+from evals.models import DatasetItem, Experiment, ExperimentResult, Score
 from evals.scoring import Subject, evaluate, passed, reads_trajectory
 from evals.services.experiments.advance import ACTIVE, advance_locked, cancel_after_advance, lock_experiment
 from evals.services.experiments.totals import count_finished
@@ -31,18 +35,65 @@ from runs.models import Run
 logger = logging.getLogger(__name__)
 
 
-# The fields score_result reads (any other would be read when used, one query each):
-# of the result, its experiment (its project and organization whole), item and run.
-_SCORED_FIELDS = (
-    *("organization_id", "project_id", "status", "updated_at", "reported", "output", "cost", "tokens"),
-    *("latency_ms", "error"),
-    *("experiment__organization_id", "experiment__kind", "experiment__evaluators", "experiment__project_id"),
-    *(f"experiment__project__{name}" for name in ("organization_id", "name", "slug", "created_at")),
-    *(f"experiment__project__organization__{name}" for name in ("name", "slug", "created_at")),
-    *("item__input", "item__expected", "item__metadata"),
-    *(f"run__{name}" for name in ("organization_id", "project_id", "status", "error", "output", "total_cost")),
-    *("run__input_tokens", "run__output_tokens", "run__latency_ms"),
+# What score_result reads (any other field would be read when used, one query each): of
+# the result, its experiment (its project and organization whole), its item and its run
+# (some fifty columns, large JSON among them).
+_SCORED = (
+    (
+        ExperimentResult,
+        rows.all_but(
+            ExperimentResult,
+            *("organization_id", "project_id", "experiment_id", "item_id", "run_id", "status", "updated_at"),
+            *("reported", "output", "cost", "tokens", "latency_ms", "error"),
+        ),
+    ),
+    (Experiment, rows.all_but(Experiment, "organization_id", "project_id", "kind", "evaluators")),
+    (Project, ()),
+    (Organization, ()),
+    (DatasetItem, rows.all_but(DatasetItem, "organization_id", "project_id", "input", "expected", "metadata")),
+    (
+        Run,
+        rows.all_but(
+            Run,
+            *("organization_id", "project_id", "status", "error", "output", "total_cost", "input_tokens"),
+            *("output_tokens", "latency_ms"),
+        ),
+    ),
 )
+
+
+@cache
+def _scored_sql() -> str:
+    """The result with its experiment, project, organization, item and run (NULL for a
+    reported result): one statement, built once (``agentops.rows``)."""
+    (result, result_skip), (experiment, experiment_skip), _, _, (item, item_skip), (run, run_skip) = _SCORED
+    return f"""
+        SELECT {rows.columns(result, "result", result_skip)}, {rows.columns(experiment, "experiment", experiment_skip)},
+               {rows.columns(Project, "project")}, {rows.columns(Organization, "organization")},
+               {rows.columns(item, "item", item_skip)}, {rows.columns(run, "run", run_skip)}
+        FROM {result._meta.db_table} AS result
+        JOIN {experiment._meta.db_table} AS experiment ON experiment.id = result.experiment_id
+        JOIN {Project._meta.db_table} AS project ON project.id = experiment.project_id
+        JOIN {Organization._meta.db_table} AS organization ON organization.id = project.organization_id
+        JOIN {item._meta.db_table} AS item ON item.id = result.item_id
+        LEFT JOIN {run._meta.db_table} AS run ON run.id = result.run_id
+        WHERE result.id = %(result_id)s
+          AND (%(organization_id)s::bigint IS NULL OR result.organization_id = %(organization_id)s)
+        """  # noqa: S608 - quoted constants
+
+
+def _scored(result_id: int) -> ExperimentResult | None:
+    """The result to score, with what scoring reads of its experiment, item and run."""
+    with connection.cursor() as cursor:
+        cursor.execute(_scored_sql(), {"result_id": result_id, "organization_id": organization_id_for_sql()})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    result, experiment, project, organization, item, run = rows.instances(row, *_SCORED)
+    project.organization = organization
+    experiment.project = project
+    result.experiment, result.item, result.run = experiment, item, run
+    return result
 
 
 def on_run_ended(sender, run: Run, status: str, **kwargs) -> None:
@@ -86,12 +137,7 @@ def score_result(*, result_id: int) -> None:
     """Run the experiment's evaluators on one item's output and store the scores, the
     cost and the latency; then advance the experiment. Idempotent: a result already
     done is left alone, and scores are upserted."""
-    result = (
-        ExperimentResult.objects.select_related("experiment__project__organization", "item", "run")
-        .only(*_SCORED_FIELDS)  # what scoring reads: a run has some fifty columns, large JSON among them
-        .filter(pk=result_id)
-        .first()
-    )
+    result = _scored(result_id)
     if result is None or result.status not in ACTIVE:
         return
     seen = result.updated_at  # a newer report while this one is scored starts over
@@ -142,19 +188,29 @@ def score_result(*, result_id: int) -> None:
         # Stored only if it is still being scored and was not reported again meanwhile
         # (that report's scoring stores it): the UPDATE locks the row and checks both.
         now = timezone.now()
-        stored = ExperimentResult.objects.filter(pk=result_id, status__in=ACTIVE, updated_at=seen).update(
-            scores=scores,
-            output=output,
-            cost=result.cost,
-            tokens=result.tokens,
-            latency_ms=latency,
-            error=error,
-            status=result.status,
-            ended_at=now,
-            updated_at=now,
-        )
-        if not stored:
-            return
+        scores_field = ExperimentResult._meta.get_field("scores")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE evals_experimentresult SET scores = %s, output = %s, cost = %s, tokens = %s, latency_ms = %s, "
+                "error = %s, status = %s, ended_at = %s, updated_at = %s "
+                "WHERE id = %s AND status = ANY(%s) AND updated_at = %s",
+                [
+                    scores_field.get_db_prep_save(scores, connection),
+                    ExperimentResult._meta.get_field("output").get_db_prep_save(output, connection),
+                    result.cost,
+                    result.tokens,
+                    latency,
+                    error,
+                    result.status,
+                    now,
+                    now,
+                    result_id,
+                    [status.value for status in ACTIVE],
+                    seen,
+                ],
+            )
+            if cursor.rowcount != 1:
+                return
         rows = []
 
         def score_row(**fields) -> Score:
