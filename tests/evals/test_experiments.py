@@ -209,3 +209,19 @@ def test_recovery_scores_a_result_whose_run_ended_unnoticed(tenant, setup):
     with organization_scope(tenant.organization):
         score_result(result_id=result.pk)
         assert ExperimentResult.objects.get(pk=result.pk).status == "done"
+
+
+def test_items_of_an_experiment_whose_agent_was_deleted_end_with_the_reason(tenant, setup):
+    """The experiment read under its lock without an agent version (deleted: the outer
+    join finds none) starts no run; each item ends in error, and the experiment fails."""
+    agent, _, _ = setup
+    with organization_scope(tenant.organization):
+        experiment = _start(tenant, setup)
+        agent.delete()
+        for _ in range(5):  # each step ends as many items as the concurrency takes
+            experiment_advance(experiment_id=experiment.pk)
+        experiment.refresh_from_db()
+        errors = set(ExperimentResult.objects.filter(experiment=experiment).values_list("error", flat=True))
+    assert experiment.agent_version_id is None
+    assert errors == {"the experiment's agent version no longer exists"}
+    assert experiment.status == "failed" and experiment.error_count == 10
