@@ -72,16 +72,22 @@ def dangerously_unscoped(reason: str) -> Iterator[None]:
         _scope.reset(token)
 
 
-def check_scope(organization_id: int) -> None:
-    """For a read of tenant-owned rows that no ``TenantManager`` guards (raw SQL): raise
-    ``UnscopedQueryError`` unless ``organization_id`` is the organization in scope or
-    the block is ``dangerously_unscoped``."""
+def organization_id_for_sql() -> int | None:
+    """The organization a hand-written statement of tenant-owned rows must filter by, as
+    the managers do: the one in scope, or None inside ``dangerously_unscoped`` (no
+    filter); with no organization in scope, UnscopedQueryError."""
     scope = _scope.get()
     if scope is None:
-        raise UnscopedQueryError(
-            "tenant-owned rows: read them inside organization_scope() or dangerously_unscoped(reason)"
-        )
-    if scope is not _UNSCOPED and scope != organization_id:
+        raise UnscopedQueryError("a tenant-owned table is queried: do it inside organization_scope()")
+    return scope if isinstance(scope, int) else None
+
+
+def check_scope(organization_id: int) -> None:
+    """For a read of one organization's rows that no ``TenantManager`` guards (raw SQL):
+    raise ``UnscopedQueryError`` unless ``organization_id`` is the organization in scope
+    or the block is ``dangerously_unscoped``."""
+    scope = organization_id_for_sql()
+    if scope is not None and scope != organization_id:
         raise UnscopedQueryError(f"organization {organization_id} is not the organization in scope")
 
 

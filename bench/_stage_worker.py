@@ -49,6 +49,8 @@ STAGES = [
     ("evals.services.wandb_export.runs", "on_run_ended", "W&B receiver"),
     ("evals.services.experiments.totals", "count_finished", "experiment progress"),
     ("evals.services.experiments.advance", "experiment_advance", "experiment progress"),
+    ("evals.services.experiments.advance", "lock_experiment", "experiment progress"),
+    ("evals.services.experiments.advance", "advance_locked", "experiment progress"),
     ("runs.execution.starting", "create_executed_run", "next item's run created"),
     ("celery.app.task", "Task.apply_async", "task dispatch (send)"),
 ]

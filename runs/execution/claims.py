@@ -10,14 +10,16 @@ import os
 import socket
 import uuid
 from datetime import timedelta
+from functools import cache
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import Q
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from agentops.scoping import dangerously_unscoped
+from agentops import rows
+from agentops.models import Organization, Project
+from agentops.scoping import dangerously_unscoped, organization_id_for_sql
 from runs.models import Run
 
 
@@ -30,10 +32,9 @@ def _stall_after() -> timedelta:
 # A claim of a running run (its worker stopped beating) counts a lost worker in the run's
 # state, in the same statement: RUN_MAX_ATTEMPTS bounds how often a run that kills its
 # worker (each attempt a paid model call) is tried.
-_COUNT_LOST_WORKER = RawSQL(
-    "CASE WHEN status = %s THEN jsonb_set(execution, '{workers_lost}', "
-    "to_jsonb(COALESCE((execution->>'workers_lost')::int, 0) + 1)) ELSE execution END",
-    [Run.Status.RUNNING],
+_COUNT_LOST_WORKER = (
+    "CASE WHEN status = %(running)s THEN jsonb_set(execution, '{workers_lost}', "
+    "to_jsonb(COALESCE((execution->>'workers_lost')::int, 0) + 1)) ELSE execution END"
 )
 
 
@@ -42,26 +43,61 @@ class LostClaim(Exception):
     this one stops without writing anything more."""
 
 
-def claim_run(run_id: int) -> str:
+_RUN_SKIPPED = ("search",)  # the search text: large, never read by the executor
+
+
+@cache
+def _claim_sql() -> str:
+    """The claim and the claimed run with its project and organization, in one statement
+    (the worker reads them next)."""
+    # A stalled run is taken even when cancelled meanwhile: its new worker ends it.
+    return f"""
+        WITH claimed AS (
+            UPDATE runs_run AS run SET status = %(running)s, worker = %(claim)s, heartbeat_at = %(now)s,
+                execution = {_COUNT_LOST_WORKER}
+            WHERE id = %(run_id)s AND (%(organization_id)s::bigint IS NULL OR organization_id = %(organization_id)s)
+              AND (status = %(queued)s OR (status = %(waiting)s AND cancel_requested)
+                   OR (status = %(running)s AND heartbeat_at < %(stalled)s))
+            RETURNING {rows.columns(Run, "run", _RUN_SKIPPED)}
+        )
+        SELECT claimed.*, {rows.columns(Project, "project")}, {rows.columns(Organization, "organization")}
+        FROM claimed
+        JOIN agentops_project AS project ON project.id = claimed.project_id
+        JOIN agentops_organization AS organization ON organization.id = project.organization_id
+        """  # noqa: S608 - quoted constants
+
+
+def claim_run(run_id: int) -> Run | None:
     """Take the run for this worker: a queued one, a running one whose worker stopped
     beating (it died mid-run: the run resumes from its saved state), or a queued or
-    waiting one with a cancellation pending (the worker ends it). Returns the claim (this
-    worker's mark on the run, which every later state save checks), or "" when another
-    worker has it, or it ended."""
+    waiting one with a cancellation pending (the worker ends it). Returns the run (its
+    project and organization loaded; its ``worker`` is this worker's claim, which every
+    later state save checks), or None when another worker has it, or it ended. One
+    statement."""
     now = timezone.now()
     claim = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    claimed = (
-        # A stalled run is taken even when cancelled meanwhile: its new worker ends it.
-        Run.objects.filter(pk=run_id)
-        .filter(
-            Q(status=Run.Status.QUEUED)
-            | Q(status=Run.Status.WAITING, cancel_requested=True)
-            | Q(status=Run.Status.RUNNING, heartbeat_at__lt=now - _stall_after())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _claim_sql(),
+            {
+                "run_id": run_id,
+                "organization_id": organization_id_for_sql(),
+                "claim": claim,
+                "now": now,
+                "stalled": now - _stall_after(),
+                "queued": Run.Status.QUEUED,
+                "waiting": Run.Status.WAITING,
+                "running": Run.Status.RUNNING,
+            },
         )
-        .update(status=Run.Status.RUNNING, worker=claim, heartbeat_at=now, execution=_COUNT_LOST_WORKER)
-    )
+        row = cursor.fetchone()
     # Nothing got updated: another worker got there first, or the run is not ours to take.
-    return claim if claimed == 1 else ""
+    if row is None:
+        return None
+    run, project, organization = rows.instances(row, (Run, _RUN_SKIPPED), (Project, ()), (Organization, ()))
+    project.organization = organization
+    run.project = project
+    return run
 
 
 def stalled_run_ids() -> list[tuple[int, int]]:

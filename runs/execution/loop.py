@@ -35,11 +35,11 @@ logger = logging.getLogger(__name__)
 def run_execute(*, run_id: int) -> None:
     """Execute a queued run to its end, or resume one whose worker died (Celery entry
     point: runs.tasks.execute_run)."""
-    if not claim_run(run_id):
+    # The claimed run with its project and organization; the agent version is read only
+    # for a run started before runs kept their spec in their state (``_execute``).
+    run = claim_run(run_id)
+    if run is None:
         return
-    # The agent version is read only for a run started before runs kept their spec in
-    # their state (``_execute``); the search text is never read here.
-    run = Run.objects.select_related("project__organization").defer("search").get(pk=run_id)
     if run.cancel_requested:  # cancelled while it waited, or while no worker was on it
         end_cancelled(run)
         return

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from agentops import rows
 from agentops.errors import InvalidRequest
 from agentops.queueing import send_or_leave_to_sweeper
 from agentops.services.audit import audit_record
@@ -121,8 +123,10 @@ def create_executed_run(
     metadata: dict[str, Any] = {**fields.pop("metadata", {}), "executed": True, "parameters": parameters}
     if replay_of is not None:
         metadata["replay_of"] = replay_of.pk
-    with transaction.atomic():
-        ingest(
+    # No savepoint when nested (an experiment's advance, a replay's request): no caller
+    # carries on after a failure here, and a savepoint costs two round trips a run.
+    with transaction.atomic(savepoint=False):
+        created = ingest(
             project=project,
             runs=[
                 RunEvent(
@@ -139,14 +143,14 @@ def create_executed_run(
                     },
                 )
             ],
+        ).runs_created
+        run = _mark_executed(
+            created[0],
+            version=version,
+            replay_of=replay_of,
+            api_key=api_key,
+            execution={**(state or {}), "parameters": parameters, "spec": spec},
         )
-        run = Run.objects.get(project=project, trace_id=trace_id)
-        run.executed = True
-        run.executed_version = version
-        run.replay_of = replay_of
-        run.api_key = api_key
-        run.execution = {**(state or {}), "parameters": parameters, "spec": spec}
-        run.save(update_fields=["executed", "executed_version", "replay_of", "api_key", "execution"])
         if prefix:
             ingest(
                 project=project, **{key: [_retraced(item, trace_id) for item in items] for key, items in prefix.items()}
@@ -155,6 +159,39 @@ def create_executed_run(
             action, data = audit
             audit_record(organization=project.organization, actor=actor, action=action, target=run, data=data, ip=ip)
         transaction.on_commit(lambda: _enqueue(project.organization_id, run.pk))
+    return run
+
+
+_RUN_SKIPPED = ("search",)  # the search text: large, never read by the executor
+
+
+@cache
+def _mark_executed_sql() -> str:
+    """UPDATE of a new run's executor fields, returning the run: one statement instead of
+    a read and a write, built once (``agentops.rows``)."""
+    return (
+        "UPDATE runs_run AS run SET executed = true, executed_version_id = %s, replay_of_id = %s, "  # noqa: S608
+        f"api_key_id = %s, execution = %s WHERE id = %s RETURNING {rows.columns(Run, 'run', _RUN_SKIPPED)}"
+    )
+
+
+def _mark_executed(run_id: int, *, version, replay_of, api_key, execution: dict) -> Run:
+    """Mark the run ``run_id`` (just created by ingest) executed, with its version, the run it
+    replays, the key that asked for it and the executor's state; returns it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _mark_executed_sql(),
+            [
+                getattr(version, "pk", None),
+                getattr(replay_of, "pk", None),
+                getattr(api_key, "pk", None),
+                Run._meta.get_field("execution").get_db_prep_save(execution, connection),
+                run_id,
+            ],
+        )
+        (run,) = rows.instances(cursor.fetchone(), (Run, _RUN_SKIPPED))
+    # The related objects the caller gave, as the instance had them before (no query to read them).
+    run.executed_version, run.replay_of, run.api_key = version, replay_of, api_key
     return run
 
 

@@ -72,6 +72,42 @@ def test_no_more_items_run_at_once_than_the_concurrency(tenant, setup):
         assert ExperimentResult.objects.filter(experiment=experiment, status="done").count() == 1
 
 
+def test_scoring_an_item_stores_it_and_starts_the_next_in_one_transaction(
+    tenant, setup, django_assert_max_num_queries, django_capture_on_commit_callbacks
+):
+    """The item's scores, result and the experiment's totals are stored and the freed slot
+    starts the next item in one transaction, in a bounded number of statements; the
+    result is exactly as scored, the totals count it once."""
+    with organization_scope(tenant.organization):
+        experiment = _start(tenant, setup, concurrency=1)
+        experiment_advance(experiment_id=experiment.pk)
+        first = ExperimentResult.objects.get(experiment=experiment, status="running")
+        run_execute(run_id=first.run_id)  # scored inline: outside a task, queued instead
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            # The result read with its run, the UPDATE that stores it, its scores (delete,
+            # insert), the experiment's lock and totals, in flight, next pending, the next
+            # run (redaction settings, ingest's five, its executor fields), its result: 16,
+            # and the savepoint of the test's own transaction (two).
+            with django_assert_max_num_queries(18):
+                score_result(result_id=first.pk)
+        assert len(callbacks) == 4  # the result announced; the next run announced, sent; the item announced
+        first.refresh_from_db()
+        run = Run.objects.get(pk=first.run_id)
+        experiment.refresh_from_db()
+        scores = dict(Score.objects.filter(result=first).values_list("name", "value"))
+        started = ExperimentResult.objects.get(experiment=experiment, status="running")
+    assert first.status == "done" and first.ended_at is not None and first.updated_at == first.ended_at
+    assert first.scores == scores and set(scores) == {"mentions", "fast"}
+    assert first.output == run.output and first.cost == run.total_cost and first.latency_ms == run.latency_ms
+    assert first.tokens == run.input_tokens + run.output_tokens
+    assert experiment.completed_count == 1 and experiment.error_count == 0 and experiment.total_cost == first.cost
+    assert started.run_id is not None and started.pk != first.pk
+    with organization_scope(tenant.organization):
+        score_result(result_id=first.pk)  # again: nothing changes
+        experiment.refresh_from_db()
+    assert experiment.completed_count == 1
+
+
 def test_an_ended_run_brings_its_item_to_scoring_in_one_statement(
     tenant, setup, django_assert_num_queries, django_capture_on_commit_callbacks
 ):
@@ -173,3 +209,19 @@ def test_recovery_scores_a_result_whose_run_ended_unnoticed(tenant, setup):
     with organization_scope(tenant.organization):
         score_result(result_id=result.pk)
         assert ExperimentResult.objects.get(pk=result.pk).status == "done"
+
+
+def test_items_of_an_experiment_whose_agent_was_deleted_end_with_the_reason(tenant, setup):
+    """The experiment read under its lock without an agent version (deleted: the outer
+    join finds none) starts no run; each item ends in error, and the experiment fails."""
+    agent, _, _ = setup
+    with organization_scope(tenant.organization):
+        experiment = _start(tenant, setup)
+        agent.delete()
+        for _ in range(5):  # each step ends as many items as the concurrency takes
+            experiment_advance(experiment_id=experiment.pk)
+        experiment.refresh_from_db()
+        errors = set(ExperimentResult.objects.filter(experiment=experiment).values_list("error", flat=True))
+    assert experiment.agent_version_id is None
+    assert errors == {"the experiment's agent version no longer exists"}
+    assert experiment.status == "failed" and experiment.error_count == 10

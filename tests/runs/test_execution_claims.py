@@ -180,3 +180,60 @@ def test_a_run_that_kills_its_worker_every_time_fails_after_the_attempts_limit(t
     )
     assert len(fake_mistral.requests) == 3, "one paid model call per attempt, and no fourth attempt"
     assert claims.stalled_run_ids() == []
+
+
+def test_a_claim_returns_the_run_with_its_project_and_organization_in_one_statement(
+    tenant, other_tenant, django_assert_num_queries
+):
+    """The claim and the read of what the worker needs are one statement; a run of
+    another organization than the task's is not taken, and a run taken is not taken again."""
+    from runs.execution.claims import claim_run
+
+    with organization_scope(tenant.organization):
+        run = start_run(tenant)
+    with organization_scope(other_tenant.organization):
+        assert claim_run(run.pk) is None
+    with organization_scope(tenant.organization):
+        with django_assert_num_queries(1):
+            claimed = claim_run(run.pk)
+            assert claimed.project.organization == tenant.organization
+            assert claimed.project.slug == tenant.project.slug
+        stored = Run.objects.get(pk=run.pk)
+        assert claimed.status == stored.status == "running"
+        assert claimed.worker == stored.worker != ""
+        assert claimed.execution == stored.execution and "spec" in claimed.execution
+        assert claimed.input == stored.input and claimed.metadata == stored.metadata
+        assert claim_run(run.pk) is None  # its worker beats: nobody else takes it
+
+
+def test_an_executed_run_is_created_with_its_executor_fields(tenant, django_assert_max_num_queries):
+    """create_executed_run stores the run through ingest and marks it executed in one more
+    statement, returning the stored run."""
+    from runs.execution import create_executed_run, version_spec
+    from runs.services.agents import agent_create
+
+    with organization_scope(tenant.organization):
+        agent = agent_create(project=tenant.project, actor=tenant.member, name="a", model="offline")
+        version = agent.versions.get()
+        # The project's redaction settings, ingest's five (lock, insert, fields, totals,
+        # ledger mark) and the executor's fields.
+        with django_assert_max_num_queries(7):
+            run = create_executed_run(
+                project=tenant.project,
+                actor=None,
+                name="item",
+                agent_name="a",
+                input="hello",
+                spec=version_spec(version),
+                parameters={"temperature": 0},
+                version=version,
+                audit=None,
+                fields={"tags": ["experiment:1"], "metadata": {"experiment": 1}},
+            )
+        stored = Run.objects.get(pk=run.pk)
+    assert stored.executed and stored.executed_version_id == version.pk and stored.status == "queued"
+    assert stored.execution == {"parameters": {"temperature": 0}, "spec": version_spec(version)}
+    assert stored.metadata == {"experiment": 1, "executed": True, "parameters": {"temperature": 0}}
+    for field in ("status", "trace_id", "input", "metadata", "tags", "execution", "executed", "created_at"):
+        assert getattr(run, field) == getattr(stored, field), field
+    assert run.executed_version is version

@@ -16,19 +16,84 @@ from __future__ import annotations
 
 import logging
 from decimal import Decimal
+from functools import cache
 
 from celery import current_task
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agentops import rows
+from agentops.models import Organization, Project
+from agentops.scoping import organization_id_for_sql
 from evals import live, tasks
-from evals.models import Experiment, ExperimentResult, Score
+from evals.models import DatasetItem, Experiment, ExperimentResult, Score
 from evals.scoring import Subject, evaluate, passed, reads_trajectory
-from evals.services.experiments.advance import ACTIVE, experiment_advance
+from evals.services.experiments.advance import ACTIVE, advance_locked, cancel_after_advance, lock_experiment
 from evals.services.experiments.totals import count_finished
 from runs.models import Run
 
 logger = logging.getLogger(__name__)
+
+
+# What score_result reads (any other field would be read when used, one query each): of
+# the result, its experiment (its project and organization whole), its item and its run
+# (some fifty columns, large JSON among them).
+_SCORED = (
+    (
+        ExperimentResult,
+        rows.all_but(
+            ExperimentResult,
+            *("organization_id", "project_id", "experiment_id", "item_id", "run_id", "status", "updated_at"),
+            *("reported", "output", "cost", "tokens", "latency_ms", "error"),
+        ),
+    ),
+    (Experiment, rows.all_but(Experiment, "organization_id", "project_id", "kind", "evaluators")),
+    (Project, ()),
+    (Organization, ()),
+    (DatasetItem, rows.all_but(DatasetItem, "organization_id", "project_id", "input", "expected", "metadata")),
+    (
+        Run,
+        rows.all_but(
+            Run,
+            *("organization_id", "project_id", "status", "error", "output", "total_cost", "input_tokens"),
+            *("output_tokens", "latency_ms"),
+        ),
+    ),
+)
+
+
+@cache
+def _scored_sql() -> str:
+    """The result with its experiment, project, organization, item and run (NULL for a
+    reported result): one statement, built once (``agentops.rows``)."""
+    (result, result_skip), (experiment, experiment_skip), _, _, (item, item_skip), (run, run_skip) = _SCORED
+    return f"""
+        SELECT {rows.columns(result, "result", result_skip)}, {rows.columns(experiment, "experiment", experiment_skip)},
+               {rows.columns(Project, "project")}, {rows.columns(Organization, "organization")},
+               {rows.columns(item, "item", item_skip)}, {rows.columns(run, "run", run_skip)}
+        FROM {result._meta.db_table} AS result
+        JOIN {experiment._meta.db_table} AS experiment ON experiment.id = result.experiment_id
+        JOIN {Project._meta.db_table} AS project ON project.id = experiment.project_id
+        JOIN {Organization._meta.db_table} AS organization ON organization.id = project.organization_id
+        JOIN {item._meta.db_table} AS item ON item.id = result.item_id
+        LEFT JOIN {run._meta.db_table} AS run ON run.id = result.run_id
+        WHERE result.id = %(result_id)s
+          AND (%(organization_id)s::bigint IS NULL OR result.organization_id = %(organization_id)s)
+        """  # noqa: S608 - quoted constants
+
+
+def _scored(result_id: int) -> ExperimentResult | None:
+    """The result to score, with what scoring reads of its experiment, item and run."""
+    with connection.cursor() as cursor:
+        cursor.execute(_scored_sql(), {"result_id": result_id, "organization_id": organization_id_for_sql()})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    result, experiment, project, organization, item, run = rows.instances(row, *_SCORED)
+    project.organization = organization
+    experiment.project = project
+    result.experiment, result.item, result.run = experiment, item, run
+    return result
 
 
 def on_run_ended(sender, run: Run, status: str, **kwargs) -> None:
@@ -72,12 +137,7 @@ def score_result(*, result_id: int) -> None:
     """Run the experiment's evaluators on one item's output and store the scores, the
     cost and the latency; then advance the experiment. Idempotent: a result already
     done is left alone, and scores are upserted."""
-    result = (
-        ExperimentResult.objects.select_related("experiment__project__organization", "item", "run")
-        .defer("run__execution", "run__search")  # the executor's state and the search text: not scored
-        .filter(pk=result_id)
-        .first()
-    )
+    result = _scored(result_id)
     if result is None or result.status not in ACTIVE:
         return
     seen = result.updated_at  # a newer report while this one is scored starts over
@@ -119,18 +179,38 @@ def score_result(*, result_id: int) -> None:
         for spec in experiment.evaluators
     ]
 
+    scores: dict[str, float | None] = {spec["name"]: outcome.value for spec, outcome in outcomes}
+    reported_scores = {name: value for name, value in reported_scores.items() if name not in scores}
+    scores.update(reported_scores)  # the platform's evaluator of a name wins over a reported score
+    result.status = ExperimentResult.Status.ERROR if error else ExperimentResult.Status.DONE
+    result.cost, result.tokens, result.latency_ms = cost or Decimal(0), tokens or 0, latency
     with transaction.atomic():
-        result = (
-            ExperimentResult.objects.select_for_update()
-            .only("organization_id", "project_id", "status", "updated_at")  # what is checked; the rest is written
-            .filter(pk=result_id)
-            .first()
-        )
-        if result is None or result.status not in ACTIVE:
-            return
-        if result.updated_at != seen:  # reported again meanwhile: that report's scoring task stores it
-            return
-        scores: dict[str, float | None] = {}
+        # Stored only if it is still being scored and was not reported again meanwhile
+        # (that report's scoring stores it): the UPDATE locks the row and checks both.
+        now = timezone.now()
+        scores_field = ExperimentResult._meta.get_field("scores")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE evals_experimentresult SET scores = %s, output = %s, cost = %s, tokens = %s, latency_ms = %s, "
+                "error = %s, status = %s, ended_at = %s, updated_at = %s "
+                "WHERE id = %s AND status = ANY(%s) AND updated_at = %s",
+                [
+                    scores_field.get_db_prep_save(scores, connection),
+                    ExperimentResult._meta.get_field("output").get_db_prep_save(output, connection),
+                    result.cost,
+                    result.tokens,
+                    latency,
+                    error,
+                    result.status,
+                    now,
+                    now,
+                    result_id,
+                    [status.value for status in ACTIVE],
+                    seen,
+                ],
+            )
+            if cursor.rowcount != 1:
+                return
         rows = []
 
         def score_row(**fields) -> Score:
@@ -140,7 +220,6 @@ def score_result(*, result_id: int) -> None:
             )
 
         for spec, outcome in outcomes:
-            scores[spec["name"]] = outcome.value
             rows.append(
                 score_row(
                     evaluator_id=spec.get("id"),
@@ -154,36 +233,16 @@ def score_result(*, result_id: int) -> None:
                 )
             )
         for name, value in reported_scores.items():
-            if name in scores:
-                continue  # the platform's evaluator of that name wins
-            scores[name] = value
             rows.append(score_row(name=name, value=value, passed=None, source=Score.Source.EXTERNAL))
         Score.objects.filter(result=result).delete()
         Score.objects.bulk_create(rows)
-        result.scores = scores
-        result.output = output
-        result.cost = cost or Decimal(0)
-        result.tokens = tokens or 0
-        result.latency_ms = latency
-        result.error = error
-        result.status = ExperimentResult.Status.ERROR if error else ExperimentResult.Status.DONE
-        result.ended_at = result.updated_at = timezone.now()
-        result.save(
-            update_fields=[
-                "scores",
-                "output",
-                "cost",
-                "tokens",
-                "latency_ms",
-                "error",
-                "status",
-                "ended_at",
-                "updated_at",
-            ]
-        )
+        # The experiment's lock, its totals and the next item, in this transaction: the
+        # item's end and the start of the next one commit together.
+        locked = lock_experiment(experiment.pk)
         count_finished(experiment, result)
         transaction.on_commit(lambda: _announce_result(experiment, result.pk))
-    experiment_advance(experiment_id=experiment.pk)
+        cancel_runs = advance_locked(locked)
+    cancel_after_advance(cancel_runs)
 
 
 def _announce_result(experiment: Experiment, result_id: int) -> None:
