@@ -17,9 +17,12 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
+from django.core.exceptions import EmptyResultSet
+from django.db import connections, models
 from django.db.models import JSONField, TextField
 from django.db.models.functions import Cast
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
+from psycopg.types.datetime import TimestamptzLoader
 from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
 
@@ -517,7 +520,31 @@ def _iso_datetime(field):
 
 
 class ListedRow:
-    """A row read for a ``ListedSerializer``: its columns as attributes, named by source."""
+    """A row read for a ``ListedSerializer``: its columns as attributes, named by source
+    (``listed_values`` holds them in the field order of ``listed_by``, the serializer
+    that read it)."""
+
+
+def _fetch_rows(queryset) -> tuple[list[str], list[tuple]]:
+    """The column names and rows of a ``values_list`` queryset, run as Django would run it
+    (tenant scope checked, the statement logged and counted) except that timestamps are
+    loaded by psycopg's own loader instead of Django's subclass of its pure-Python one:
+    the same aware datetimes (Django's connections are in UTC), about three times
+    faster over a 500-step run. A column Django would convert falls back to Django."""
+    check_scope = getattr(queryset, "check_scope", None)
+    if check_scope is not None:
+        check_scope()
+    compiler = queryset.query.get_compiler(using=queryset.db)
+    try:
+        sql, params = compiler.as_sql()
+    except EmptyResultSet:
+        return [], []
+    if compiler.get_converters([expression for expression, _, _ in compiler.select]):
+        return list(queryset._fields), list(queryset)
+    with connections[queryset.db].cursor() as cursor:
+        cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
+        cursor.execute(sql, params)
+        return [column.name for column in cursor.description], cursor.fetchall()
 
 
 class ListedSerializer(serializers.ModelSerializer):
@@ -532,7 +559,9 @@ class ListedSerializer(serializers.ModelSerializer):
     ``read(queryset)`` reads rows for it without model instances: only the columns its
     fields read, and JSON columns as their stored text, written into the answer as they
     are (``RawJSON``) instead of being parsed and encoded again. Such rows are rendered
-    by ``agentops.api.renderers.JSONRenderer``."""
+    by ``agentops.api.renderers.JSONRenderer``. Their representation starts from the
+    row's values in field order, converting only the columns whose stored type is not
+    already the answer's (times, decimals, arrays)."""
 
     @classmethod
     def listed_fields(cls) -> list:
@@ -563,20 +592,28 @@ class ListedSerializer(serializers.ModelSerializer):
         rows = queryset.annotate(**texts).values_list(*selected)
         if limit is not None:
             rows = rows[:limit]
+        fetched, values = _fetch_rows(rows)
+        # The statement's columns in the order of ``names`` (the fields' order).
+        order = [fetched.index(name) for name in selected]
+        if order == list(range(len(selected))) and len(fetched) == len(selected):
+            order = None
         raw = [index for index, name in enumerate(selected) if name in texts]
         out = []
-        for values in rows:
+        for row_values in values:
+            if order is not None:
+                row_values = [row_values[index] for index in order]
             if raw:
-                values = list(values)
+                row_values = list(row_values)
                 for index in raw:
-                    if values[index] is not None:
-                        values[index] = RawJSON(values[index])
+                    if row_values[index] is not None:
+                        row_values[index] = RawJSON(row_values[index])
             row = ListedRow()
-            row.__dict__.update(zip(names, values, strict=True))
+            row.__dict__.update(zip(names, row_values, strict=True))
+            row.listed_values, row.listed_by = row_values, cls
             out.append(row)
         return out
 
-    def to_representation(self, instance):
+    def _listed_plan(self):
         plan = self.__dict__.get("_plan")
         if plan is None:
             fields = self.listed_fields()
@@ -585,6 +622,32 @@ class ListedSerializer(serializers.ModelSerializer):
                 plan = self._plan = False
             else:
                 plan = self._plan = [(field.field_name, field.source, _plain(field)) for field in fields]
+        return plan
+
+    def _row_plan(self, model):
+        """For rows from ``read``: the field names of the columns (in field order, as
+        ``listed_values`` holds them), the columns to convert, and the fields that are
+        no column (last); None when the fields do not allow it."""
+        plan = self.__dict__.get("_row_plan_cache")
+        if plan is None:
+            plan = self._row_plan_cache = _row_plan(self.listed_fields(), self._listed_plan(), model)
+        return plan
+
+    def to_representation(self, instance):
+        if type(instance) is ListedRow and instance.listed_by is type(self):
+            row_plan = self._row_plan(type(self).Meta.model)
+            if row_plan is not None:
+                names, converted, extra = row_plan
+                out = dict(zip(names, instance.listed_values, strict=True))
+                for name, convert in converted:
+                    value = out[name]
+                    if value is not None:
+                        out[name] = convert(value)
+                for name, source, convert in extra:
+                    value = getattr(instance, source)
+                    out[name] = value if value is None or convert is None else convert(value)
+                return out
+        plan = self._listed_plan()
         if plan is False:
             return super().to_representation(instance)
         out = {}
@@ -592,6 +655,56 @@ class ListedSerializer(serializers.ModelSerializer):
             value = getattr(instance, source)
             out[name] = value if value is None or convert is None else convert(value)
         return out
+
+
+# The Python type psycopg loads each kind of column as, and the serializer field whose
+# representation of that type is the value itself.
+_AS_LOADED = {
+    models.CharField: (serializers.CharField, str),
+    models.TextField: (serializers.CharField, str),
+    models.IntegerField: (serializers.IntegerField, int),
+    models.BigIntegerField: (serializers.IntegerField, int),
+    models.BigAutoField: (serializers.IntegerField, int),
+    models.AutoField: (serializers.IntegerField, int),
+    models.PositiveIntegerField: (serializers.IntegerField, int),
+    models.FloatField: (serializers.FloatField, float),
+}
+
+
+def _row_plan(fields, plan, model):
+    if plan is False:
+        return None
+    columns = {field.attname: field for field in model._meta.concrete_fields}
+    names, converted, extra, seen = [], [], [], set()
+    for field, (name, source, convert) in zip(fields, plan, strict=True):
+        column = columns.get(source)
+        if column is None:
+            extra.append((name, source, convert))
+            continue
+        if extra or source in seen:
+            return None  # a column after a field that is none, or read twice: the general path
+        seen.add(source)
+        names.append(name)
+        if convert is None or _as_loaded(field, column, convert):
+            continue
+        converted.append((name, convert))
+    return names, converted, extra
+
+
+def _as_loaded(field, column, convert) -> bool:
+    """Whether ``convert`` leaves the value psycopg loads for ``column`` as it is."""
+    if isinstance(column, models.BooleanField):
+        return type(field) is serializers.BooleanField
+    if type(field) is serializers.ChoiceField:
+        # A text column's choices: each value represents as itself.
+        return isinstance(column, models.CharField) and all(
+            type(key) is str and field.choice_strings_to_values[key] == key for key in field.choice_strings_to_values
+        )
+    for kind in type(column).__mro__:
+        if kind in _AS_LOADED:
+            field_kind, builtin = _AS_LOADED[kind]
+            return convert is builtin and isinstance(field, field_kind)
+    return False
 
 
 class RunSerializer(ListedSerializer):

@@ -759,3 +759,15 @@ def test_the_orjson_renderer_writes_what_drfs_renderer_writes():
     assert indented == JSONRenderer.__mro__[1]().render(
         {"payload": {"z": 1, "a": [1, 2.5, None]}, "none": None}, "application/json; indent=2"
     )
+
+
+def test_listed_rows_are_read_only_inside_an_organization_scope(tenant, three_runs):
+    """``ListedSerializer.read`` runs its statement itself: it refuses a queryset built
+    with no organization in scope, as running the queryset would."""
+    from agentops.scoping import UnscopedQueryError
+    from runs.api import serializers as s
+
+    with pytest.raises(UnscopedQueryError):
+        s.RunSerializer.read(Run.objects.all())
+    with organization_scope(tenant.project.organization):
+        assert len(s.RunSerializer.read(Run.objects.all())) == 3
