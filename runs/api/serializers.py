@@ -15,6 +15,7 @@ endpoints return them. Money is a decimal string, never a float.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.core.exceptions import EmptyResultSet
@@ -520,9 +521,35 @@ def _iso_datetime(field):
 
 
 class ListedRow:
-    """A row read for a ``ListedSerializer``: its columns as attributes, named by source
-    (``listed_values`` holds them in the field order of ``listed_by``, the serializer
-    that read it)."""
+    """A row read for a ``ListedSerializer``: ``listed_values`` holds its columns in the
+    field order of ``listed_by``, the serializer class that read it; a column reads as an
+    attribute named by its source (a JSON column as ``RawJSON``), and the caller may set
+    other attributes (a step's depth)."""
+
+    __slots__ = ("listed_values", "listed_by", "__dict__")
+
+    def __getattr__(self, name):
+        if name.startswith("listed_"):
+            raise AttributeError(name)
+        columns = self.listed_by.listed_columns()
+        try:
+            value = self.listed_values[columns.index[name]]
+        except KeyError:
+            raise AttributeError(name) from None
+        return RawJSON(value) if value is not None and name in columns.raw else value
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """What ``ListedSerializer.read`` selects: the sources of the fields that are model
+    columns (in field order), the selected names (a JSON column by an alias of its text),
+    the text casts, each source's position, and the JSON columns."""
+
+    sources: list[str]
+    selected: list[str]
+    texts: dict
+    index: dict[str, int]
+    raw: frozenset[str]
 
 
 def _fetch_rows(queryset) -> tuple[list[str], list[tuple]]:
@@ -572,43 +599,48 @@ class ListedSerializer(serializers.ModelSerializer):
         return fields
 
     @classmethod
+    def listed_columns(cls) -> _Columns:
+        columns = cls.__dict__.get("_listed_columns")
+        if columns is None:
+            model_columns = {field.attname: field for field in cls.Meta.model._meta.concrete_fields}
+            sources, selected, texts = [], [], {}
+            for field in cls.listed_fields():
+                column = model_columns.get(field.source)
+                if column is None or field.source in sources:
+                    continue
+                sources.append(field.source)
+                if isinstance(column, JSONField):
+                    alias = f"listed_{field.source}"
+                    texts[alias] = Cast(field.source, TextField())
+                    selected.append(alias)
+                else:
+                    selected.append(field.source)
+            columns = cls._listed_columns = _Columns(
+                sources=sources,
+                selected=selected,
+                texts=texts,
+                index={source: position for position, source in enumerate(sources)},
+                raw=frozenset(source for source, name in zip(sources, selected, strict=True) if name in texts),
+            )
+        return columns
+
+    @classmethod
     def read(cls, queryset, limit: int | None = None) -> list[ListedRow]:
-        """The rows of ``queryset`` (at most ``limit``) as ``ListedRow`` objects holding
-        the model columns this serializer's fields read; a field that is no column (a
-        step's depth) is for the caller to set."""
-        columns = {field.attname: field for field in queryset.model._meta.concrete_fields}
-        names, selected, texts = [], [], {}
-        for field in cls.listed_fields():
-            column = columns.get(field.source)
-            if column is None or field.source in names:
-                continue
-            names.append(field.source)
-            if isinstance(column, JSONField):
-                alias = f"listed_{field.source}"
-                texts[alias] = Cast(field.source, TextField())
-                selected.append(alias)
-            else:
-                selected.append(field.source)
-        rows = queryset.annotate(**texts).values_list(*selected)
+        """The rows of ``queryset`` (of the serializer's model; at most ``limit``) as
+        ``ListedRow`` objects holding the model columns this serializer's fields read; a
+        field that is no column (a step's depth) is for the caller to set."""
+        columns = cls.listed_columns()
+        rows = queryset.annotate(**columns.texts).values_list(*columns.selected)
         if limit is not None:
             rows = rows[:limit]
         fetched, values = _fetch_rows(rows)
-        # The statement's columns in the order of ``names`` (the fields' order).
-        order = [fetched.index(name) for name in selected]
-        if order == list(range(len(selected))) and len(fetched) == len(selected):
-            order = None
-        raw = [index for index, name in enumerate(selected) if name in texts]
+        if fetched != columns.selected:  # the statement's columns in the fields' order
+            order = [fetched.index(name) for name in columns.selected]
+            values = [tuple(row[position] for position in order) for row in values]
+        new = ListedRow.__new__
         out = []
         for row_values in values:
-            if order is not None:
-                row_values = [row_values[index] for index in order]
-            if raw:
-                row_values = list(row_values)
-                for index in raw:
-                    if row_values[index] is not None:
-                        row_values[index] = RawJSON(row_values[index])
-            row = ListedRow()
-            row.__dict__.update(zip(names, row_values, strict=True))
+            row = new(ListedRow)
             row.listed_values, row.listed_by = row_values, cls
             out.append(row)
         return out
@@ -630,7 +662,9 @@ class ListedSerializer(serializers.ModelSerializer):
         no column (last); None when the fields do not allow it."""
         plan = self.__dict__.get("_row_plan_cache")
         if plan is None:
-            plan = self._row_plan_cache = _row_plan(self.listed_fields(), self._listed_plan(), model)
+            plan = self._row_plan_cache = _row_plan(
+                self.listed_fields(), self._listed_plan(), model, self.listed_columns().raw
+            )
         return plan
 
     def to_representation(self, instance):
@@ -671,7 +705,7 @@ _AS_LOADED = {
 }
 
 
-def _row_plan(fields, plan, model):
+def _row_plan(fields, plan, model, raw):
     if plan is False:
         return None
     columns = {field.attname: field for field in model._meta.concrete_fields}
@@ -685,9 +719,10 @@ def _row_plan(fields, plan, model):
             return None  # a column after a field that is none, or read twice: the general path
         seen.add(source)
         names.append(name)
-        if convert is None or _as_loaded(field, column, convert):
-            continue
-        converted.append((name, convert))
+        if source in raw:
+            converted.append((name, RawJSON))  # read as its JSON text
+        elif convert is not None and not _as_loaded(field, column, convert):
+            converted.append((name, convert))
     return names, converted, extra
 
 

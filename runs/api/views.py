@@ -214,9 +214,10 @@ class RunsEndpoint(ProjectEndpoint):
     # schema generator the model.
     queryset = Run.objects.none()
 
-    def get_run(self) -> Run:
-        """The run of the URL, in this project (another project's or organization's: 404)."""
-        return selectors.run_detail(project=self.project, run_id=self.kwargs["run_id"])
+    def get_run(self, *only: str) -> Run:
+        """The run of the URL, in this project (another project's or organization's: 404),
+        with ``only`` these columns if given."""
+        return selectors.run_detail(project=self.project, run_id=self.kwargs["run_id"], only=only)
 
 
 class RunListView(RunsEndpoint):
@@ -290,7 +291,11 @@ class RunDetailView(RunsEndpoint):
     serializer_class = s.RunDetailSerializer
 
     def get(self, request, org_slug, project_slug, run_id):
-        return Response(s.RunDetailSerializer(self.get_run()).data)
+        # Read as a row (payloads as their JSON text), not a model instance.
+        rows = s.RunDetailSerializer.read(selectors.run_by_id(project=self.project, run_id=run_id))
+        if not rows:
+            raise NotFound("run not found")
+        return Response(s.RunDetailSerializer(rows[0]).data)
 
 
 class RunStepListView(RunsEndpoint):
@@ -313,7 +318,7 @@ class RunStepListView(RunsEndpoint):
     )
     def get(self, request, org_slug, project_slug, run_id):
         nested = flag(request, "tree")
-        run = self.get_run()
+        run = self.get_run("id")
         # Only the columns of the answer, payloads as their stored JSON text (not parsed).
         roots = selectors.step_tree(run=run, steps=s.StepListItemSerializer.read(selectors.step_list(run=run)))
         nodes = selectors.flatten_tree(roots)

@@ -683,6 +683,7 @@ def test_runs_list_and_steps_answer_exactly_what_drfs_serializers_would(tenant, 
     }
     load(
         project,
+        runs=[RunEvent("r1", {"input": payload, "output": "ok ✓", "metadata": {"z": 1, "a": payload}})],
         steps=[
             llm_step(
                 "r1",
@@ -702,9 +703,13 @@ def test_runs_list_and_steps_answer_exactly_what_drfs_serializers_would(tenant, 
     listed = response.json()["results"]
     steps = reader.get(runs_url(tenant, f"{run_pk(project, 'r1')}/steps/")).json()
     tree = reader.get(runs_url(tenant, f"{run_pk(project, 'r1')}/steps/"), {"tree": "1"}).json()
+    detail = reader.get(runs_url(tenant, f"{run_pk(project, 'r1')}/")).json()
     with organization_scope(project.organization):
         runs = {run.pk: run for run in selectors.run_list(project=project)}
         assert _ordered(listed) == _ordered([_generic(s.RunSerializer, runs[item["id"]]) for item in listed])
+        run = Run.objects.get(pk=run_pk(project, "r1"))
+        assert _ordered(detail) == _ordered(_generic(s.RunDetailSerializer, run))
+        assert detail["input"] == payload and detail["metadata"] == {"z": 1, "a": payload}
         nodes = selectors.flatten_tree(selectors.step_tree(run=runs[run_pk(project, "r1")]))
         for node in nodes:
             node.step.depth = node.depth
