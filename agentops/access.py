@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db.models import OuterRef, Subquery
+
 from agentops.errors import Forbidden, NotFound
 from agentops.models import ApiKey, Membership, Organization, Project
 from agentops.roles import key_allows, role_allows
@@ -86,3 +88,34 @@ def resolve_project(access: Access, project_slug: str) -> Access:
     project.organization = access.organization
     access.project = project
     return access
+
+
+def resolve_member_project(*, org_slug: str, project_slug: str, user) -> Access:
+    """``resolve_project(resolve_organization(...))`` for a signed-in user, in one query
+    when both are found (the project with its organization, found by slugs, and the
+    user's own membership of that organization); anything else goes the two-step way,
+    which names what was not found."""
+    if user is not None and user.is_authenticated:
+        with dangerously_unscoped("the project is named by its slugs; only the user's own membership is read"):
+            member = Membership.objects.filter(organization=OuterRef("organization"), user=user)
+            project = (
+                Project.objects.filter(slug=project_slug, organization__slug=org_slug)
+                .select_related("organization")
+                .annotate(
+                    membership_id=Subquery(member.values("pk")[:1]),
+                    membership_role=Subquery(member.values("role")[:1]),
+                    membership_created_at=Subquery(member.values("created_at")[:1]),
+                )
+                .first()
+            )
+        if project is not None and project.membership_id is not None:
+            membership = Membership(
+                pk=project.membership_id,
+                organization=project.organization,
+                user=user,
+                role=project.membership_role,
+                created_at=project.membership_created_at,
+            )
+            membership._state.adding, membership._state.db = False, project._state.db
+            return Access(organization=project.organization, membership=membership, project=project)
+    return resolve_project(resolve_organization(org_slug=org_slug, user=user), project_slug)
