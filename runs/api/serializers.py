@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connections, models
@@ -487,6 +488,8 @@ def _plain(field):
         return int
     if kind is serializers.BooleanField:
         return _boolean(field)
+    if kind is serializers.DecimalField:
+        return _decimal(field)
     if kind is serializers.JSONField and not field.binary:
         return None  # the value as stored
     if kind is serializers.DateTimeField and getattr(field, "format", api_settings.DATETIME_FORMAT) == ISO_8601:
@@ -499,6 +502,25 @@ def _boolean(field):
 
     def convert(value):
         return value if type(value) is bool else field.to_representation(value)
+
+    return convert
+
+
+def _decimal(field):
+    """DRF's decimal string of a value that already has the field's decimal places (as
+    a ``numeric`` column of that scale loads it): quantizing it changes nothing, so it is
+    written as it is; anything else goes through the field."""
+    coerce = getattr(field, "coerce_to_string", api_settings.COERCE_DECIMAL_TO_STRING)
+    if not coerce or field.localize or field.normalize_output or field.decimal_places is None:
+        return field.to_representation
+    exponent, max_digits = -field.decimal_places, field.max_digits
+
+    def convert(value):
+        if type(value) is Decimal:
+            _, digits, value_exponent = value.as_tuple()
+            if value_exponent == exponent and (max_digits is None or len(digits) <= max_digits):
+                return f"{value:f}"
+        return field.to_representation(value)
 
     return convert
 
@@ -536,7 +558,10 @@ class ListedRow:
             value = self.listed_values[columns.index[name]]
         except KeyError:
             raise AttributeError(name) from None
-        return RawJSON(value) if value is not None and name in columns.raw else value
+        if value is not None and name in columns.raw:
+            value = RawJSON(value)
+        self.__dict__[name] = value  # the next read is a plain attribute (the step tree reads ids often)
+        return value
 
 
 @dataclass(frozen=True)

@@ -776,3 +776,18 @@ def test_listed_rows_are_read_only_inside_an_organization_scope(tenant, three_ru
         s.RunSerializer.read(Run.objects.all())
     with organization_scope(tenant.project.organization):
         assert len(s.RunSerializer.read(Run.objects.all())) == 3
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["0.000500000", "0E-9", "-0E-9", "123456789.123456789", "999999999.999999999", "1.5", "2", "1E+3", "0.1234567891"],
+)
+def test_the_listed_decimal_string_is_drfs(value):
+    """A cost as loaded (9 decimal places) is written as it is; any other decimal goes
+    through DRF's field, so both give DRF's string."""
+    from decimal import Decimal
+
+    from runs.api import serializers as s
+
+    field = s.StepSerializer.listed_fields()[[f.field_name for f in s.StepSerializer.listed_fields()].index("cost")]
+    assert s._plain(field)(Decimal(value)) == field.to_representation(Decimal(value))
