@@ -108,6 +108,11 @@ class TenantQuerySet(models.QuerySet):
                 "(views and tasks do this for you) or dangerously_unscoped(reason)"
             )
 
+    def check_scope(self) -> None:
+        """Refuse as running this queryset would (``UnscopedQueryError``), for code that
+        runs its compiled SQL itself."""
+        self._guard()
+
     def in_current_scope(self):
         """This queryset re-scoped to the organization in scope now: for querysets
         declared at import time, like a view's ``queryset`` attribute."""

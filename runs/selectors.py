@@ -101,10 +101,17 @@ def run_list(*, project, filters: RunFilters | None = None) -> QuerySet[Run]:
     return queryset.order_by("-started_at", "-id").defer("search", "input", "output", "metadata")
 
 
-def run_detail(*, project, run_id: int) -> Run:
-    """One run of the project, or NotFound (another tenant's run is not found either):
-    the API and the pages answer it 404."""
-    run = Run.objects.filter(project=project, pk=run_id).first()
+def run_by_id(*, project, run_id: int) -> QuerySet[Run]:
+    """The run of the project with this id, as a queryset (empty for another project's
+    or tenant's run)."""
+    return Run.objects.filter(project=project, pk=run_id)
+
+
+def run_detail(*, project, run_id: int, only: tuple[str, ...] = ()) -> Run:
+    """One run of the project (with ``only`` these columns), or NotFound (another
+    tenant's run is not found either): the API and the pages answer it 404."""
+    queryset = run_by_id(project=project, run_id=run_id)
+    run = (queryset.only(*only) if only else queryset).first()
     if run is None:
         raise NotFound("run not found")
     return run

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from rest_framework import generics
 
-from agentops.access import Access, resolve_organization, resolve_project
+from agentops.access import Access, resolve_member_project, resolve_organization, resolve_project
 from agentops.errors import Forbidden
 from agentops.models import ApiKey
 from agentops.scoping import TenantQuerySet, enter_organization_scope, reset_scope
@@ -91,6 +91,10 @@ class ProjectEndpoint(OrganizationEndpoint):
     allow_api_keys = True
 
     def resolve_access(self, request, api_key, **kwargs) -> Access:
+        if api_key is None:
+            return resolve_member_project(
+                org_slug=kwargs["org_slug"], project_slug=kwargs["project_slug"], user=request.user
+            )
         access = super().resolve_access(request, api_key, **kwargs)
         enter_organization_scope(access.organization)
         return resolve_project(access, kwargs["project_slug"])

@@ -24,7 +24,7 @@ from django.db.models import F, Q
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework.exceptions import NotFound as CursorNotFound
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 from rest_framework.utils.urls import replace_query_param
@@ -32,6 +32,7 @@ from rest_framework.utils.urls import replace_query_param
 from agentops.api.base import ProjectEndpoint
 from agentops.api.idempotency import idempotent
 from agentops.api.pagination import CreatedCursorPagination
+from agentops.api.renderers import JSONRenderer
 from agentops.downloads import streaming_download
 from agentops.errors import InvalidRequest, NotFound
 from runs import selectors
@@ -57,7 +58,8 @@ class _Position:
 
 class KeysetCursorPagination(CreatedCursorPagination):
     """Cursor pagination on (sort field, tie-breaker) in the order the view asks for
-    (``view.keyset = (field, descending, tie_breaker)``).
+    (``view.keyset = (field, descending, tie_breaker)``). A view with ``read_page(queryset,
+    limit)`` reads the page's rows itself (they need the keyset's fields as attributes).
 
     DRF's CursorPagination keeps only the first ordering field in its cursor and skips
     equal values by an offset capped at 1000, so it would repeat rows when many runs
@@ -84,7 +86,11 @@ class KeysetCursorPagination(CreatedCursorPagination):
                 # edited): as unreadable as any other, not a server error.
                 raise CursorNotFound(self.invalid_cursor_message) from None
         order = (F(self.field).desc(), F(self.tie_breaker).desc()) if down else (F(self.field), F(self.tie_breaker))
-        rows = list(queryset.order_by(*order)[: self.page_size + 1])
+        read = getattr(view, "read_page", None)
+        if read is None:
+            rows = list(queryset.order_by(*order)[: self.page_size + 1])
+        else:
+            rows = read(queryset.order_by(*order), self.page_size + 1)
         more = len(rows) > self.page_size
         rows = rows[: self.page_size]
         if backwards:
@@ -202,13 +208,16 @@ RUN_FILTER_PARAMETERS = [s.RunFilterSerializer]
 
 class RunsEndpoint(ProjectEndpoint):
     permissions = {"GET": "work:read"}
+    # DRF's JSON written by orjson, and payloads read as text written as they are.
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
     # Rows come from runs.selectors, which take the project; `queryset` only tells the
     # schema generator the model.
     queryset = Run.objects.none()
 
-    def get_run(self) -> Run:
-        """The run of the URL, in this project (another project's or organization's: 404)."""
-        return selectors.run_detail(project=self.project, run_id=self.kwargs["run_id"])
+    def get_run(self, *only: str) -> Run:
+        """The run of the URL, in this project (another project's or organization's: 404),
+        with ``only`` these columns if given."""
+        return selectors.run_detail(project=self.project, run_id=self.kwargs["run_id"], only=only)
 
 
 class RunListView(RunsEndpoint):
@@ -231,6 +240,9 @@ class RunListView(RunsEndpoint):
         self.keyset = keyset_for_sort(sort)
         page = self.paginate_queryset(selectors.run_list(project=self.project, filters=filters))
         return self.get_paginated_response(s.RunSerializer(page, many=True).data)
+
+    def read_page(self, queryset, limit: int):
+        return s.RunSerializer.read(queryset, limit)
 
 
 class NdjsonRenderer(BaseRenderer):
@@ -279,12 +291,11 @@ class RunDetailView(RunsEndpoint):
     serializer_class = s.RunDetailSerializer
 
     def get(self, request, org_slug, project_slug, run_id):
-        return Response(s.RunDetailSerializer(self.get_run()).data)
-
-
-# The step columns the steps endpoint answers with (payloads included); the others
-# (the creation time, the price, the ids of the run, project and organization) are not read.
-STEP_COLUMNS = [name for name in s.StepSerializer.Meta.fields if name != "parent_id"] + ["parent_span_id"]
+        # Read as a row (payloads as their JSON text), not a model instance.
+        rows = s.RunDetailSerializer.read(selectors.run_by_id(project=self.project, run_id=run_id))
+        if not rows:
+            raise NotFound("run not found")
+        return Response(s.RunDetailSerializer(rows[0]).data)
 
 
 class RunStepListView(RunsEndpoint):
@@ -307,8 +318,9 @@ class RunStepListView(RunsEndpoint):
     )
     def get(self, request, org_slug, project_slug, run_id):
         nested = flag(request, "tree")
-        run = self.get_run()
-        roots = selectors.step_tree(run=run, steps=list(selectors.step_list(run=run).only(*STEP_COLUMNS)))
+        run = self.get_run("id")
+        # Only the columns of the answer, payloads as their stored JSON text (not parsed).
+        roots = selectors.step_tree(run=run, steps=s.StepListItemSerializer.read(selectors.step_list(run=run)))
         nodes = selectors.flatten_tree(roots)
         for node in nodes:
             node.step.depth = node.depth

@@ -659,15 +659,31 @@ def _generic(serializer_class, instance):
     )
 
 
+def _ordered(value) -> str:
+    """``value`` as JSON text that keeps its keys' order (``==`` on dicts ignores it)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
 def test_runs_list_and_steps_answer_exactly_what_drfs_serializers_would(tenant, three_runs, reader):
-    """The lists' faster representation (``ListedSerializer``) gives every field as DRF
-    does: decimal strings, "Z" times with microseconds, None, lists, JSON payloads."""
+    """The lists' faster path (``ListedSerializer``, rows read without model instances,
+    payloads as their stored JSON text, the orjson renderer) gives every field as DRF's
+    serializers and renderer do, keys in the same order: decimal strings, "Z" times with
+    microseconds, None, lists, JSON payloads with nested objects, unicode, line
+    separators, large and small numbers; flat and as a tree."""
     from runs import selectors
     from runs.api import serializers as s
 
     project = tenant.project
+    payload = {
+        "zeta": {"b": [1, 2.5, None, True, False], "a": 'héllo ✓ \u2028 \x1f "quoted"'},
+        "big": 12345678901234567890123,
+        "small": 1.5e-07,
+        "exp": 3e20,
+        "": [],
+    }
     load(
         project,
+        runs=[RunEvent("r1", {"input": payload, "output": "ok ✓", "metadata": {"z": 1, "a": payload}})],
         steps=[
             llm_step(
                 "r1",
@@ -677,17 +693,101 @@ def test_runs_list_and_steps_answer_exactly_what_drfs_serializers_would(tenant, 
                 3,
                 0.123457,
                 input={"messages": [{"role": "user", "content": "héllo ✓"}]},
-                attributes={"n": [1, 2.5, None, True]},
-            )
+                output=payload,
+                attributes={"n": [1, 2.5, None, True], "nested": payload},
+            ),
+            llm_step("r1", "child", "mistral-small-2603", 1, 1, 0.5, parent="odd", output=None, input="text"),
         ],
     )
-    listed = reader.get(runs_url(tenant)).json()["results"]
+    response = reader.get(runs_url(tenant))
+    listed = response.json()["results"]
     steps = reader.get(runs_url(tenant, f"{run_pk(project, 'r1')}/steps/")).json()
+    tree = reader.get(runs_url(tenant, f"{run_pk(project, 'r1')}/steps/"), {"tree": "1"}).json()
+    detail = reader.get(runs_url(tenant, f"{run_pk(project, 'r1')}/")).json()
     with organization_scope(project.organization):
         runs = {run.pk: run for run in selectors.run_list(project=project)}
-        assert listed == [_generic(s.RunSerializer, runs[item["id"]]) for item in listed]
-        nodes = selectors.flatten_tree(selectors.step_tree(run=runs[listed[-1]["id"]]))
+        assert _ordered(listed) == _ordered([_generic(s.RunSerializer, runs[item["id"]]) for item in listed])
+        run = Run.objects.get(pk=run_pk(project, "r1"))
+        assert _ordered(detail) == _ordered(_generic(s.RunDetailSerializer, run))
+        assert detail["input"] == payload and detail["metadata"] == {"z": 1, "a": payload}
+        nodes = selectors.flatten_tree(selectors.step_tree(run=runs[run_pk(project, "r1")]))
         for node in nodes:
             node.step.depth = node.depth
-        assert steps == [_generic(s.StepListItemSerializer, node.step) for node in nodes]
+        expected = [_generic(s.StepListItemSerializer, node.step) for node in nodes]
+    assert _ordered(steps) == _ordered(expected)
     assert any(step["started_at"].endswith(".123457Z") for step in steps)
+    assert [step["output"] for step in steps if step["span_id"] == "odd"] == [payload]
+
+    def flat(items):
+        for item in items:
+            yield {key: value for key, value in item.items() if key != "children"}
+            yield from flat(item["children"])
+
+    assert _ordered(list(flat(tree))) == _ordered(expected)
+    # Outside the payloads the bytes are DRF's own (compact, UTF-8).
+    assert response.content == _drf_rendered(response.json())
+
+
+def _drf_rendered(data) -> bytes:
+    from rest_framework.renderers import JSONRenderer
+
+    return JSONRenderer().render(data)
+
+
+def test_the_orjson_renderer_writes_what_drfs_renderer_writes():
+    """``agentops.api.renderers.JSONRenderer`` gives DRF's bytes for what the API answers;
+    what orjson cannot write goes through DRF's renderer; ``RawJSON`` is written as it is,
+    and parsed where DRF's renderer writes the answer (indented, the browsable API)."""
+    from decimal import Decimal
+
+    from rest_framework.exceptions import ErrorDetail
+
+    from agentops.api.renderers import JSONRenderer, RawJSON
+
+    data = {
+        "text": 'héllo ✓ \u2028 \u2029 \x00 \x1f \x7f \n \t "q" \\ </script>',
+        "numbers": [0, -1, 2**63 - 1, -(2**63), 1.5, 0.1, 1e20, 123456.789, True, False, None],
+        "when": datetime(2026, 11, 20, 12, 0, 0, 123456, tzinfo=UTC),
+        "cost": Decimal("0.000500000"),
+        "error": ErrorDetail("not found", code="not_found"),
+        "nested": {"b": [], "a": {}, "": ()},
+    }
+    renderer = JSONRenderer()
+    assert renderer.render(data) == _drf_rendered(data)
+    huge = {"n": 2**70, 1: "a key that is not a string"}
+    assert renderer.render(huge) == _drf_rendered(huge)
+    assert renderer.render(None) == b""
+
+    raw = {"payload": RawJSON('{"z": 1, "a": [1, 2.5, null]}'), "none": None}
+    assert renderer.render(raw) == b'{"payload":{"z": 1, "a": [1, 2.5, null]},"none":null}'
+    indented = renderer.render(raw, "application/json; indent=2")
+    assert indented == JSONRenderer.__mro__[1]().render(
+        {"payload": {"z": 1, "a": [1, 2.5, None]}, "none": None}, "application/json; indent=2"
+    )
+
+
+def test_listed_rows_are_read_only_inside_an_organization_scope(tenant, three_runs):
+    """``ListedSerializer.read`` runs its statement itself: it refuses a queryset built
+    with no organization in scope, as running the queryset would."""
+    from agentops.scoping import UnscopedQueryError
+    from runs.api import serializers as s
+
+    with pytest.raises(UnscopedQueryError):
+        s.RunSerializer.read(Run.objects.all())
+    with organization_scope(tenant.project.organization):
+        assert len(s.RunSerializer.read(Run.objects.all())) == 3
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["0.000500000", "0E-9", "-0E-9", "123456789.123456789", "999999999.999999999", "1.5", "2", "1E+3", "0.1234567891"],
+)
+def test_the_listed_decimal_string_is_drfs(value):
+    """A cost as loaded (9 decimal places) is written as it is; any other decimal goes
+    through DRF's field, so both give DRF's string."""
+    from decimal import Decimal
+
+    from runs.api import serializers as s
+
+    field = s.StepSerializer.listed_fields()[[f.field_name for f in s.StepSerializer.listed_fields()].index("cost")]
+    assert s._plain(field)(Decimal(value)) == field.to_representation(Decimal(value))
