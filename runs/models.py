@@ -36,7 +36,9 @@ class Run(TenantModel):
     # run was stopped by a person midway, so its output says nothing about the agent.
     COMPLETED = frozenset({Status.SUCCEEDED, Status.FAILED})
 
-    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="runs")
+    # No index of its own: run_unique_trace and the run_project_* indexes lead with it
+    # (written on every ingest, for nothing).
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="runs", db_index=False)
     trace_id = models.CharField(max_length=128, help_text="OTLP trace id (hex), or the client's run id.")
     name = models.CharField(max_length=500, blank=True)
     agent_name = models.CharField(max_length=200, blank=True)
@@ -215,7 +217,8 @@ class Step(TenantModel):
 
     organization = _item_organization()
     project = _item_project()
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: step_unique_span and step_run_started lead with it (written on every ingest, for nothing).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     span_id = models.CharField(max_length=128)
     parent_span_id = models.CharField(max_length=128, blank=True)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CUSTOM)
@@ -293,7 +296,9 @@ class Message(TenantModel):
 
     organization = _item_organization()
     project = _item_project()
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    # No index of its own: message_unique_id and message_run_position lead with it
+    # (written on every ingest, for nothing).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages", db_index=False)
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
     span_id = models.CharField(max_length=128, blank=True, help_text="The step's span id; links it in any order.")
     message_id = models.CharField(max_length=200, help_text="Client id, or derived from the step and position.")
@@ -321,7 +326,9 @@ class ToolCall(TenantModel):
 
     organization = _item_organization()
     project = _item_project()
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
+    # No index of its own: tool_call_unique_id and tool_call_run_started lead with it
+    # (written on every ingest, for nothing).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls", db_index=False)
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="tool_calls")
     span_id = models.CharField(max_length=128, blank=True)
     call_id = models.CharField(max_length=200, help_text="Client id, the tool call id, or the step's span id.")
