@@ -135,8 +135,8 @@ def _lock_runs(project, trace_ids: list[str]) -> tuple[list[Run], list[str]]:
     return locked, [t for t in trace_ids if t not in existing]
 
 
-def _insert_runs(project, new_runs: list[Run], now, api_key=None) -> tuple[list[Run], list[str]]:
-    """Insert ``new_runs`` (unsaved, their fields merged from the events), recording
+def _insert_runs(project, new_runs: list[_NewRun], now, api_key=None) -> tuple[list[Run], list[str]]:
+    """Insert ``new_runs`` (their fields merged from the events), recording
     ``api_key`` on them. Returns (the runs inserted, as stored; the trace ids another
     batch created first, which are not).
 
@@ -173,6 +173,22 @@ def _lock_raced_runs(project, trace_ids: list[str]) -> list[Run]:
             [project.pk, trace_ids],
         )
         return _runs_from_rows(cursor.fetchall())
+
+
+class _NewRun:
+    """A run to insert: the fields ``_merge_events`` reads and writes, with Run's
+    defaults (a model instance costs several times more to build, one per new trace)."""
+
+    def __init__(self, trace_id: str):
+        self.trace_id = trace_id
+        self.parent_run_id = None
+        for name, field_ in _new_run_fields():
+            setattr(self, name, field_.get_default())
+
+
+@cache
+def _new_run_fields() -> list:
+    return [(name, Run._meta.get_field(name)) for name in (*MERGED_RUN_FIELDS, "parent_trace_id")]
 
 
 @dataclass
@@ -268,7 +284,7 @@ def upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor,
     runs created record ``api_key``, the key that sent them (the ledger counts spend by key).
 
     A new run is inserted with what the events say about it already merged (one write
-    of the run instead of an insert and an update): merged into an unsaved run holding
+    of the run instead of an insert and an update): merged into a ``_NewRun`` holding
     the defaults, exactly as into a stored one."""
     run_events, step_events = list(run_events), list(step_events)
     locked, missing = _lock_runs(project, trace_ids)
@@ -279,10 +295,7 @@ def upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor,
             run_by_trace[run.trace_id] = run
         else:
             waiting_children.append(run.pk)
-    new_by_trace = {
-        trace_id: Run(organization_id=project.organization_id, project_id=project.pk, trace_id=trace_id)
-        for trace_id in missing
-    }
+    new_by_trace = {trace_id: _NewRun(trace_id) for trace_id in missing}
     merged = _merge_events({**run_by_trace, **new_by_trace}, run_events, step_events, redactor)
     search_changed = {trace_id for trace_id in merged.search if trace_id in run_by_trace}
     created: list[Run] = []
