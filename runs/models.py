@@ -186,8 +186,10 @@ def _item_organization():
     )
 
 
-def _item_project():
-    return models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+", db_constraint=False)
+def _item_project(*, db_index: bool = True):
+    return models.ForeignKey(
+        "agentops.Project", on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=db_index
+    )
 
 
 class Step(TenantModel):
@@ -226,7 +228,8 @@ class Step(TenantModel):
         ERROR = "error"
 
     organization = _item_organization()
-    project = _item_project()
+    # No index of its own: step_project_started leads with it.
+    project = _item_project(db_index=False)
     # No index of its own: step_unique_span and step_run_started lead with it (written on every ingest, for nothing).
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     span_id = models.CharField(max_length=128)

@@ -1,5 +1,5 @@
 """Foreign keys whose own index is covered by another index leading with the same column
-lose it (their constraint stays): each was written on every ingest for nothing, and the
+lose it (their constraint, if any, stays): each was written on every ingest for nothing, and the
 runs' project index let the planner read a whole project's runs to lock a batch's when
 the table's statistics were not yet gathered (docs/performance.md).
 
@@ -13,6 +13,7 @@ from django.db import migrations, models
 INDEXES = [
     ("runs_run", "project_id", "runs_run_project_id_f1a383ab"),
     ("runs_step", "run_id", "runs_step_run_id_2764751d"),
+    ("runs_step", "project_id", "runs_step_project_id_c3d00976"),
     ("runs_message", "run_id", "runs_message_run_id_23cc6942"),
     ("runs_toolcall", "run_id", "runs_toolcall_run_id_d2fbb3a3"),
 ]
@@ -61,6 +62,17 @@ class Migration(migrations.Migration):
                         on_delete=django.db.models.deletion.CASCADE,
                         related_name="steps",
                         to="runs.run",
+                    ),
+                ),
+                migrations.AlterField(
+                    model_name="step",
+                    name="project",
+                    field=models.ForeignKey(
+                        db_constraint=False,
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="agentops.project",
                     ),
                 ),
                 migrations.AlterField(
