@@ -528,3 +528,27 @@ def test_a_run_created_by_a_concurrent_batch_is_locked_and_updated(transactional
         run = Run.objects.get()
     assert results["first"].runs_created == [run.pk] and results["second"].runs_created == []
     assert (run.step_count, run.status) == (3, "succeeded")
+
+
+def test_items_of_a_new_run_without_their_step_yet_are_linked_when_it_comes(project):
+    """A large batch creating its runs links its items to its steps by a look-up and
+    skips the link statement; an item whose step is not in the batch is still linked
+    by the batch that brings the step."""
+    steps, messages = [], []
+    for trace in range(8):
+        trace_id = f"t{trace}"
+        steps += _trace(trace_id)[:2]  # no tool1 yet
+        messages += [
+            MessageEvent(trace_id=trace_id, message_id="m1", position=1, role="user", span_id="llm1"),
+            MessageEvent(trace_id=trace_id, message_id="m2", position=2, role="tool", span_id="tool1"),
+        ]
+    with _scope(project):
+        ingest(project=project, steps=steps, messages=messages, redactor=NO_REDACTION, announce=False)
+        assert {(m.message_id, m.step.span_id if m.step else None) for m in Message.objects.all()} == {
+            ("m1", "llm1"),
+            ("m2", None),
+        }
+        later = [step for trace in range(8) for step in _trace(f"t{trace}")[2:]]
+        ingest(project=project, steps=later, redactor=NO_REDACTION, announce=False)
+        assert {(m.message_id, m.step.span_id) for m in Message.objects.all()} == {("m1", "llm1"), ("m2", "tool1")}
+        assert all(m.step.run_id == m.run_id for m in Message.objects.all())
