@@ -8,6 +8,14 @@ import gc
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
+from django.conf import settings as _settings  # noqa: E402 - reads nothing yet
+
+# The web server's connections come from a pool (agentops/settings.py: DATABASE_POOL):
+# its requests each run in a thread of their own, and would otherwise each open one.
+# Only where this module starts the process (the settings not read yet): a process that
+# imports it later (a test) keeps its settings, and its children their environment.
+if not _settings.configured:
+    os.environ.setdefault("DATABASE_POOL", "true")
 
 from agentops.bootstrap import check_external_services  # noqa: E402
 
@@ -115,7 +123,8 @@ def _close_request_connections(**_signal_args) -> None:
     run rarely) frees it, and a few hundred requests held PostgreSQL's
     ``max_connections`` (bench/scale_out.py: "too many clients"). Threads shared by
     requests (``thread_sensitive=False``, the SSE streams) are not this thread and keep
-    theirs."""
+    theirs. With the pool (DATABASE_POOL, on in the web server) closing gives the
+    connection back to it, for the next request."""
     connections.close_all()
 
 

@@ -242,6 +242,15 @@ DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
 # not keep prepared statements (PgBouncer in transaction mode before 1.21).
 if env_bool("DATABASE_PREPARED_STATEMENTS", True):
     DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
+# A pool of connections per web process (agentops/asgi.py turns it on, DATABASE_POOL=false
+# turns it off): under ASGI each request runs in a thread of its own, whose connection
+# could not outlive it, so every request opened one, a new PostgreSQL backend with cold
+# caches and no prepared statement (about 40 microseconds of PostgreSQL CPU per ingested
+# span, docs/performance.md). Other processes (Celery's, management commands) keep a
+# connection per thread as before: a pool opened in a parent process must not be forked.
+if env_bool("DATABASE_POOL", False):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them; Django requires 0 with it
+    DATABASES["default"]["OPTIONS"]["pool"] = {"min_size": 2, "max_size": env_int("DATABASE_POOL_MAX_SIZE", 20)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: REDIS_URL, or the embedded Redis under DATA_DIR.

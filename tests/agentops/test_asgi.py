@@ -53,3 +53,36 @@ def test_the_web_process_keeps_no_database_connection_per_request_it_served():
         settings_dict["CONN_MAX_AGE"] = max_age
     assert statuses == [401] * REQUESTS
     assert after <= before, f"{after - before} connections left open by {REQUESTS} requests"
+
+
+def _web_process_database(**env: str) -> str:
+    """DATABASES["default"]'s pool and CONN_MAX_AGE in a new process started by importing
+    agentops.asgi, as the web server starts (on this test's database and Redis)."""
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    database_url = f"postgresql://{db['USER']}@/{db['NAME']}?host={db['HOST']}&port={db['PORT']}"
+    code = (
+        "import agentops.asgi; from django.conf import settings; "
+        "d = settings.DATABASES['default']; print(d['OPTIONS'].get('pool'), d['CONN_MAX_AGE'])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "DEBUG": "true", "DATABASE_URL": database_url, "REDIS_URL": settings.REDIS_URL, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_the_web_process_takes_its_connections_from_a_pool_unless_told_not_to():
+    """Each request runs in a thread of its own: without a pool each opened a connection
+    (a new PostgreSQL backend, its caches cold). Other processes keep theirs."""
+    assert _web_process_database() == "{'min_size': 2, 'max_size': 20} 0"
+    assert _web_process_database(DATABASE_POOL="false").startswith("None ")
