@@ -36,7 +36,9 @@ class Run(TenantModel):
     # run was stopped by a person midway, so its output says nothing about the agent.
     COMPLETED = frozenset({Status.SUCCEEDED, Status.FAILED})
 
-    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="runs")
+    # No index of its own: run_unique_trace and the run_project_* indexes lead with it
+    # (written on every ingest, for nothing).
+    project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="runs", db_index=False)
     trace_id = models.CharField(max_length=128, help_text="OTLP trace id (hex), or the client's run id.")
     name = models.CharField(max_length=500, blank=True)
     agent_name = models.CharField(max_length=200, blank=True)
@@ -165,6 +167,16 @@ class Run(TenantModel):
 # cannot go while it has items nor a project while it has runs. Each constraint cost a
 # check per row written, about a quarter of PostgreSQL's CPU in ingestion
 # (docs/performance.md). Deleting through Django cascades as before (``on_delete``).
+# Their step (``step_id``) is the same: ingestion sets it only to a step of the item's own
+# run, looked up or joined in the same transaction, and steps go only with their run
+# (through Django, which applies ``on_delete`` itself); the check at each commit was a
+# tenth of PostgreSQL's CPU in ingestion.
+def _item_step(related_name: str):
+    return models.ForeignKey(
+        "runs.Step", null=True, blank=True, on_delete=models.SET_NULL, related_name=related_name, db_constraint=False
+    )
+
+
 def _item_organization():
     return models.ForeignKey(
         "agentops.Organization",
@@ -174,8 +186,10 @@ def _item_organization():
     )
 
 
-def _item_project():
-    return models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="+", db_constraint=False)
+def _item_project(*, db_index: bool = True):
+    return models.ForeignKey(
+        "agentops.Project", on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=db_index
+    )
 
 
 class Step(TenantModel):
@@ -214,8 +228,10 @@ class Step(TenantModel):
         ERROR = "error"
 
     organization = _item_organization()
-    project = _item_project()
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: step_project_started leads with it.
+    project = _item_project(db_index=False)
+    # No index of its own: step_unique_span and step_run_started lead with it (written on every ingest, for nothing).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     span_id = models.CharField(max_length=128)
     parent_span_id = models.CharField(max_length=128, blank=True)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CUSTOM)
@@ -293,8 +309,10 @@ class Message(TenantModel):
 
     organization = _item_organization()
     project = _item_project()
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages")
+    # No index of its own: message_unique_id and message_run_position lead with it
+    # (written on every ingest, for nothing).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages", db_index=False)
+    step = _item_step("messages")
     span_id = models.CharField(max_length=128, blank=True, help_text="The step's span id; links it in any order.")
     message_id = models.CharField(max_length=200, help_text="Client id, or derived from the step and position.")
     position = models.BigIntegerField(
@@ -321,8 +339,10 @@ class ToolCall(TenantModel):
 
     organization = _item_organization()
     project = _item_project()
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="tool_calls")
+    # No index of its own: tool_call_unique_id and tool_call_run_started lead with it
+    # (written on every ingest, for nothing).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls", db_index=False)
+    step = _item_step("tool_calls")
     span_id = models.CharField(max_length=128, blank=True)
     call_id = models.CharField(max_length=200, help_text="Client id, the tool call id, or the step's span id.")
     tool_name = models.CharField(max_length=200)
@@ -344,7 +364,7 @@ class MemorySnapshot(TenantModel):
     organization = _item_organization()
     project = _item_project()
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="memory_snapshots")
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="memory_snapshots")
+    step = _item_step("memory_snapshots")
     span_id = models.CharField(max_length=128, blank=True)
     snapshot_id = models.CharField(max_length=200)
     sequence = models.BigIntegerField()

@@ -8,9 +8,10 @@ over an inner span's; only runs this batch has locked are ever written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.db.models import JSONField
@@ -58,17 +59,33 @@ def _runs_from_rows(rows) -> list[Run]:
     return runs
 
 
+# Run fields the events may set (``merge`` below): a new run is inserted with them.
+MERGED_RUN_FIELDS = (*RUN_FIELDS, "explicit_fields", "status_explicit")
+
+
 @cache
 def _insert_runs_sql() -> str:
-    """INSERT of new runs, one per trace id of ``%(trace_ids)s``, returning them. Their
-    defaults are written into it as constants (typed: a SELECT does not take its
-    columns' types from the INSERT as VALUES would): with a handful of parameters and
-    under 4 kB, psycopg parses it once per process instead of once per batch."""
+    """INSERT of new runs, one per trace id of ``%(trace_ids)s`` (in that order), returning
+    them: the fields the events set (``MERGED_RUN_FIELDS``) from parallel arrays of
+    ``%(<field>)s`` (arrays as jsonb), the others their defaults written into it as
+    constants (typed: a SELECT does not take its columns' types from the INSERT as VALUES
+    would). The statement is the same for every batch: psycopg parses it once per
+    process instead of once per batch."""
     _, columns = _run_columns()
     new_fields = [f for f in Run._meta.concrete_fields if not f.primary_key]
     given = {"organization_id": "%(organization_id)s", "project_id": "%(project_id)s", "trace_id": "batch.trace_id"}
     given["api_key_id"] = "%(api_key_id)s::bigint"
     given |= {"created_at": "%(now)s::timestamptz", "updated_at": "%(now)s::timestamptz"}
+    arrays = ["%(trace_ids)s::text[]"]
+    for name in MERGED_RUN_FIELDS:
+        f = Run._meta.get_field(name)
+        if isinstance(f, ArrayField):
+            # Arrays of arrays must be rectangular: each run's list goes as jsonb.
+            arrays.append(f"%({name})s::jsonb[]")
+            given[name] = f"ARRAY(SELECT jsonb_array_elements_text(batch.{name}))::{f.db_type(connection)}"
+        else:
+            arrays.append(f"%({name})s::{f.db_type(connection)}[]")
+            given[name] = f"batch.{name}"
     values = []
     for f in new_fields:
         if f.attname in given:
@@ -82,86 +99,128 @@ def _insert_runs_sql() -> str:
     # second waits at the first one they share, before it has created any other.
     return f"""
         INSERT INTO runs_run ({", ".join(connection.ops.quote_name(f.column) for f in new_fields)})
-        SELECT {", ".join(values)} FROM unnest(%(trace_ids)s::text[]) WITH ORDINALITY AS batch(trace_id, position)
+        SELECT {", ".join(values)}
+        FROM unnest({", ".join(arrays)}) WITH ORDINALITY AS batch(trace_id, {", ".join(MERGED_RUN_FIELDS)}, position)
         ORDER BY batch.position
         ON CONFLICT (project_id, trace_id) DO NOTHING
         RETURNING {columns}
         """  # noqa: S608 - names are quoted constants, defaults quoted literals
 
 
-def _lock_runs(project, trace_ids: list[str], now, api_key=None) -> tuple[list[Run], list[Run]]:
+def _lock_runs(project, trace_ids: list[str]) -> tuple[list[Run], list[str]]:
     """Lock the runs of ``trace_ids`` and the sub-agent runs waiting for one of them as
-    their parent, then create the runs that do not exist yet (recording ``api_key`` on
-    them). Returns (created, locked)."""
+    their parent. Returns (the runs locked, the trace ids of ``trace_ids`` with no run)."""
     _, columns = _run_columns()
-    params = {"organization_id": project.organization_id, "project_id": project.pk, "now": now}
-    api_key_id = api_key.pk if api_key is not None else None
     with connection.cursor() as cursor:
         # Every lock a batch needs on existing runs, in one statement in id order. The
         # sub-agent runs waiting for one of these runs as their parent are locked too:
         # linking them writes to them, and a lock taken then, out of id order, could
         # deadlock with a batch that holds that child and waits for one of ours.
+        # Each trace id is looked up alone in run_unique_trace (a LIMIT keeps the planner
+        # from joining): without statistics yet (a new table, the first minute of an
+        # installation) the planner took the project's index and read all its runs.
         cursor.execute(
-            f"SELECT {columns} FROM runs_run WHERE project_id = %(project_id)s "  # noqa: S608 - quoted constants
-            "AND (trace_id = ANY(%(trace_ids)s) OR (parent_trace_id = ANY(%(trace_ids)s) AND parent_run_id IS NULL)) "
-            "ORDER BY id FOR UPDATE",
-            {**params, "trace_ids": trace_ids},
+            f"SELECT {columns} FROM runs_run WHERE id = ANY(ARRAY("  # noqa: S608 - quoted constants
+            "  SELECT found.id FROM unnest(%(trace_ids)s::text[]) AS batch(trace_id) CROSS JOIN LATERAL ("
+            "    SELECT id FROM runs_run WHERE project_id = %(project_id)s AND trace_id = batch.trace_id LIMIT 1"
+            "  ) AS found"
+            "  UNION ALL"
+            "  SELECT id FROM runs_run WHERE project_id = %(project_id)s AND parent_trace_id = ANY(%(trace_ids)s)"
+            "  AND parent_run_id IS NULL"
+            ")) ORDER BY id FOR UPDATE",
+            {"project_id": project.pk, "trace_ids": trace_ids},
         )
         locked = _runs_from_rows(cursor.fetchall())
-        existing = {run.trace_id for run in locked}
-        missing = [t for t in trace_ids if t not in existing]
-        if not missing:
-            return [], locked  # the usual batch: its runs exist (an executed run's, always)
-        # New runs are this batch's own until it commits: another batch creating one of
-        # them too waits at its INSERT for this one to commit, and this one never waits
-        # for the runs that batch has locked (it writes only runs it locked or created).
-        cursor.execute(_insert_runs_sql(), {**params, "trace_ids": missing, "api_key_id": api_key_id})
+    existing = {run.trace_id for run in locked}
+    return locked, [t for t in trace_ids if t not in existing]
+
+
+def _insert_runs(project, new_runs: list[_NewRun], now, api_key=None) -> tuple[list[Run], list[str]]:
+    """Insert ``new_runs`` (their fields merged from the events), recording
+    ``api_key`` on them. Returns (the runs inserted, as stored; the trace ids another
+    batch created first, which are not).
+
+    New runs are this batch's own until it commits: another batch creating one of them
+    too waits at its INSERT for this one to commit, and this one never waits for the
+    runs that batch has locked (it writes only runs it locked or created)."""
+    params = {
+        "organization_id": project.organization_id,
+        "project_id": project.pk,
+        "now": now,
+        "api_key_id": api_key.pk if api_key is not None else None,
+        "trace_ids": [run.trace_id for run in new_runs],
+    }
+    for name in MERGED_RUN_FIELDS:
+        f = Run._meta.get_field(name)
+        as_json = isinstance(f, JSONField | ArrayField)
+        params[name] = [storable(getattr(run, name), as_json) for run in new_runs]
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_runs_sql(), params)
         created = _runs_from_rows(cursor.fetchall())
-        inserted = {run.trace_id for run in created}
-        raced = [t for t in missing if t not in inserted]
-        if raced:
-            # Another batch created them since the lock above (the INSERT waited for it to
-            # commit): lock them now. The one lock out of id order, and only when two
-            # batches create a run at once.
-            cursor.execute(
-                f"SELECT {columns} FROM runs_run WHERE project_id = %s AND trace_id = ANY(%s) "  # noqa: S608
-                "ORDER BY id FOR UPDATE",
-                [project.pk, raced],
-            )
-            locked += _runs_from_rows(cursor.fetchall())
-    return created, locked
+    inserted = {run.trace_id for run in created}
+    return created, [run.trace_id for run in new_runs if run.trace_id not in inserted]
 
 
-def upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor, now, api_key=None) -> UpsertedRuns:
-    """Lock (or create) the runs of ``trace_ids`` and merge what the events say. Their
-    ``updated_at`` is left to recompute_run_totals(), which writes every run anyway. The
-    runs created record ``api_key``, the key that sent them (the ledger counts spend by key)."""
-    created, locked = _lock_runs(project, trace_ids, now, api_key)
-    batch_traces = set(trace_ids)
-    run_by_trace, waiting_children = {}, []
-    for run in created + locked:
-        if run.trace_id in batch_traces:
-            run_by_trace[run.trace_id] = run
-        else:
-            waiting_children.append(run.pk)
+def _lock_raced_runs(project, trace_ids: list[str]) -> list[Run]:
+    """Lock runs another batch created since ``_lock_runs`` (this batch's INSERT waited
+    for it to commit): the one lock out of id order, and only when two batches create
+    a run at once."""
+    _, columns = _run_columns()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns} FROM runs_run WHERE project_id = %s AND trace_id = ANY(%s) "  # noqa: S608
+            "ORDER BY id FOR UPDATE",
+            [project.pk, trace_ids],
+        )
+        return _runs_from_rows(cursor.fetchall())
 
-    changed: set[str] = set()  # the fields written, of every run in changed_runs
-    changed_runs: set[str] = set()
-    search_changed: set[str] = set()
+
+class _NewRun:
+    """A run to insert: the fields ``_merge_events`` reads and writes, with Run's
+    defaults (a model instance costs several times more to build, one per new trace)."""
+
+    def __init__(self, trace_id: str):
+        self.trace_id = trace_id
+        self.parent_run_id = None
+        for name, field_ in _new_run_fields():
+            setattr(self, name, field_.get_default())
+
+
+@cache
+def _new_run_fields() -> list:
+    return [(name, Run._meta.get_field(name)) for name in (*MERGED_RUN_FIELDS, "parent_trace_id")]
+
+
+@dataclass
+class _Merged:
+    """What merging the events changed: the fields written (of every run changed), the
+    trace ids of the runs changed, and of those whose name, input or output changed."""
+
+    fields: set[str] = field(default_factory=set)
+    runs: set[str] = field(default_factory=set)
+    search: set[str] = field(default_factory=set)
+
+
+def _merge_events(run_by_trace: dict[str, Run], run_events, step_events, redactor: Redactor) -> _Merged:
+    """Merge into ``run_by_trace``'s runs what the events say about them (only the runs
+    of the events' traces that it holds)."""
+    merged = _Merged()
 
     def merge(run, name, value):
         setattr(run, name, value)
-        changed.add(name)
-        changed_runs.add(run.trace_id)
+        merged.fields.add(name)
+        merged.runs.add(run.trace_id)
         if name in SEARCHED_RUN_FIELDS:
-            search_changed.add(run.trace_id)
+            merged.search.add(run.trace_id)
 
     parent_trace_before = {trace_id: run.parent_trace_id for trace_id, run in run_by_trace.items()}
     # Hints of inner spans only fill gaps; the root span's hints win over them (a
     # sub-agent's span may arrive before the root); explicit run events win over both.
     ordered = sorted(step_events, key=lambda e: not e.parent_span_id)
     for event in ordered:
-        run = run_by_trace[event.trace_id]
+        run = run_by_trace.get(event.trace_id)
+        if run is None:
+            continue
         is_root = not event.parent_span_id
         hints = dict(event.run_hints)
         if is_root:
@@ -175,7 +234,9 @@ def upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor,
             if is_root or getattr(run, name) in (None, "", [], {}):
                 merge(run, name, redactor.apply(value) if name in ("input", "output", "metadata") else value)
     for event in run_events:
-        run = run_by_trace[event.trace_id]
+        run = run_by_trace.get(event.trace_id)
+        if run is None:
+            continue
         for name, value in event.fields.items():
             if name not in RUN_FIELDS:
                 continue
@@ -190,25 +251,71 @@ def upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor,
         if run.parent_trace_id != parent_trace_before[trace_id] and run.parent_run_id is not None:
             # Named another parent (or none): link_parent_runs links it again.
             merge(run, "parent_run_id", None)
-    if changed:
-        # Every run exists and is locked: this INSERT only ever updates.
-        copy_upsert(
-            Upsert(
-                Run,
-                [
-                    {
-                        "organization_id": project.organization_id,
-                        "project_id": project.pk,
-                        "trace_id": run.trace_id,
-                        **{name: getattr(run, name) for name in changed},
-                    }
-                    for trace_id, run in run_by_trace.items()
-                    if trace_id in changed_runs
-                ],
-                unique_fields=("project", "trace_id"),
-                update_fields=tuple(sorted(changed)),
-            )
+    return merged
+
+
+def _update_runs(project, run_by_trace: dict[str, Run], merged: _Merged) -> None:
+    """Write the merged fields of runs that exist and are locked: the INSERT only ever
+    updates."""
+    if not merged.fields:
+        return
+    copy_upsert(
+        Upsert(
+            Run,
+            [
+                {
+                    "organization_id": project.organization_id,
+                    "project_id": project.pk,
+                    "trace_id": run.trace_id,
+                    **{name: getattr(run, name) for name in merged.fields},
+                }
+                for trace_id, run in run_by_trace.items()
+                if trace_id in merged.runs
+            ],
+            unique_fields=("project", "trace_id"),
+            update_fields=tuple(sorted(merged.fields)),
         )
+    )
+
+
+def upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor, now, api_key=None) -> UpsertedRuns:
+    """Lock (or create) the runs of ``trace_ids`` and merge what the events say. Their
+    ``updated_at`` is left to recompute_run_totals(), which writes every run anyway. The
+    runs created record ``api_key``, the key that sent them (the ledger counts spend by key).
+
+    A new run is inserted with what the events say about it already merged (one write
+    of the run instead of an insert and an update): merged into a ``_NewRun`` holding
+    the defaults, exactly as into a stored one."""
+    run_events, step_events = list(run_events), list(step_events)
+    locked, missing = _lock_runs(project, trace_ids)
+    batch_traces = set(trace_ids)
+    run_by_trace, waiting_children = {}, []
+    for run in locked:
+        if run.trace_id in batch_traces:
+            run_by_trace[run.trace_id] = run
+        else:
+            waiting_children.append(run.pk)
+    new_by_trace = {trace_id: _NewRun(trace_id) for trace_id in missing}
+    merged = _merge_events({**run_by_trace, **new_by_trace}, run_events, step_events, redactor)
+    search_changed = {trace_id for trace_id in merged.search if trace_id in run_by_trace}
+    created: list[Run] = []
+    if new_by_trace:
+        created, raced = _insert_runs(project, list(new_by_trace.values()), now, api_key)
+        for run in created:
+            run_by_trace[run.trace_id] = run
+            if run.trace_id in merged.search:
+                search_changed.add(run.trace_id)
+        merged.runs -= set(new_by_trace)  # written by the INSERT
+        if raced:
+            # Another batch created them first: merge into them as stored, like any run.
+            raced_by_trace = {run.trace_id: run for run in _lock_raced_runs(project, raced)}
+            raced_merged = _merge_events(raced_by_trace, run_events, step_events, redactor)
+            _update_runs(project, raced_by_trace, raced_merged)
+            run_by_trace.update(raced_by_trace)
+            search_changed |= raced_merged.search
+    _update_runs(project, run_by_trace, merged)
+    # The batch's order (trace ids sorted), whatever the order of locking.
+    run_by_trace = {trace_id: run_by_trace[trace_id] for trace_id in trace_ids}
     return UpsertedRuns(
         run_by_trace=run_by_trace,
         created=[run.trace_id for run in created],

@@ -54,8 +54,11 @@ def _split(upsert: Upsert, run_ids: set[int]) -> tuple[Upsert, Upsert]:
     )
 
 
-def _write_rows(upserts: tuple[Upsert, ...], created: set[int]) -> None:
+def _write_rows(upserts: tuple[Upsert, ...], created: set[int]) -> bool:
     """Write the rows of steps, messages, tool calls and snapshots (in that order).
+    Returns whether items may still need the link to their step (recompute_run_totals'
+    ``link_tables``): False only when every item written is of a run this batch created
+    and already carries its step's id (a run created now has no other items).
 
     The rows of runs this batch created (most of an OTLP export's: a trace usually comes
     whole) go by COPY straight into their tables, and their items carry their step's id
@@ -67,7 +70,7 @@ def _write_rows(upserts: tuple[Upsert, ...], created: set[int]) -> None:
         new, other = zip(*(_split(upsert, created) for upsert in upserts), strict=True)
     if not created or sum(len(upsert.rows) for upsert in new) <= SMALL_UPSERT_ROWS:
         copy_upsert(*upserts)
-        return
+        return True
     new_steps, *new_items = new
     copy_new(new_steps)
     if new_steps.rows and any(upsert.rows for upsert in new_items):
@@ -80,6 +83,9 @@ def _write_rows(upserts: tuple[Upsert, ...], created: set[int]) -> None:
     for upsert in new_items:
         copy_new(upsert)
     copy_upsert(*other)
+    return any(upsert.rows for upsert in other) or any(
+        row.get("step_id") is None for upsert in new_items for row in upsert.rows
+    )
 
 
 def ingest(
@@ -138,7 +144,9 @@ def ingest(
             tool_calls_upsert(project, run_by_trace, tool_calls, redactor, now),
             snapshots_upsert(project, run_by_trace, snapshots, redactor, now),
         )
-        _write_rows(upserts, set(result.runs_created))
+        may_need_links = _write_rows(upserts, set(result.runs_created))
+        # A run that existed may hold items stored before their step (any batch's).
+        may_need_links = may_need_links or len(result.runs_created) < len(result.runs_touched)
         result.steps, result.messages, result.tool_calls, result.snapshots = (len(u.rows) for u in upserts)
         link_parent_runs(project, list(run_by_trace.values()), upserted.waiting_children)
         recompute_run_totals(
@@ -154,7 +162,7 @@ def ingest(
                     ("runs_toolcall", tool_calls),
                     ("runs_memorysnapshot", snapshots),
                 )
-                if steps or items
+                if may_need_links and (steps or items)
             ],
         )
         ledger_mark(organization_id=project.organization_id, run_ids=result.runs_touched)

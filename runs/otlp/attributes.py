@@ -69,12 +69,46 @@ def attributes_dict(attributes: Iterable[KeyValue]) -> dict[str, Any]:
     }
 
 
+class _NotFinite(Exception):  # noqa: N818 - a signal, not an error
+    """A JSON text holds NaN, Infinity, or a number beyond a float's range."""
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise _NotFinite
+    return number
+
+
+def _not_finite(_constant: str):
+    raise _NotFinite
+
+
+# json's decoder, but stopping at a number json_safe would change (NaN, Infinity, or
+# one overflowing a float): the only values of an ASCII text without escapes it changes.
+_FINITE_JSON = json.JSONDecoder(parse_float=_finite_float, parse_constant=_not_finite)
+
+
 def parse_json_text(value: Any, *, any_json: bool = False) -> Any:
     """A JSON document sent as a string attribute, parsed; the string itself when it is
     not JSON. Only objects and arrays are parsed unless ``any_json`` (so a plain text
     "42" or "true" stays text), and made storable the lossless way."""
     if value.__class__ is not str:
         return value  # absent, or not text: nothing to parse (json_from_text's answer too)
+    if value.isascii() and "\\u" not in value and value.count("[") + value.count("{") < MAX_DEPTH:
+        # Without escapes (of a NUL, a surrogate), non-ASCII text (an unpaired
+        # surrogate) or enough brackets to nest deeper than MAX_DEPTH, json_safe only
+        # changes numbers that are not finite: parsed as json_from_text does, without
+        # json_safe's walk of the whole value.
+        stripped = value.strip()
+        if not stripped or (not any_json and stripped[0] not in "[{"):
+            return value
+        try:
+            return _FINITE_JSON.decode(stripped)
+        except _NotFinite:
+            pass  # json_safe makes them text, below
+        except (ValueError, RecursionError):
+            return value
     parsed = json_from_text(value, any_json=any_json)
     return value if parsed is value else json_safe(parsed)
 

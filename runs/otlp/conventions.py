@@ -115,6 +115,7 @@ _ALL_MODALITY_KEYS = frozenset(
 # A cost the client reports: gen_ai.usage.cost.{amount,currency,source} (merged, not yet
 # released), or one gen_ai.usage.cost (a number, or an object with those keys).
 COST_KEY = "gen_ai.usage.cost"
+_COST_KEYS = frozenset((COST_KEY, f"{COST_KEY}.amount", f"{COST_KEY}.currency", f"{COST_KEY}.source"))
 # The event (a log record, or an event of the span) with a call's details.
 OPERATION_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 USAGE_DETAILS_CACHED_KEYS = (
@@ -146,10 +147,33 @@ def span_kind(attributes: dict) -> str:
     return CUSTOM
 
 
+# Every attribute usage() reads: a span with none of them (most but model calls) has no usage.
+_USAGE_KEYS = frozenset(
+    (
+        *INPUT_TOKEN_KEYS,
+        *OUTPUT_TOKEN_KEYS,
+        *CACHED_TOKEN_KEYS,
+        *CACHE_WRITE_TOKEN_KEYS,
+        *REASONING_TOKEN_KEYS,
+        "langfuse.observation.usage_details",
+        *_ALL_MODALITY_KEYS,
+    )
+)
+
+
 def usage(attributes: dict) -> dict[str, Any]:
     """The token counts of a span as ``StepEvent`` fields: input, cached input (cache
     reads), cache writes, output, reasoning output (0 when not reported) and the counts
     per modality (only those reported). InvalidItem for a count that is not one."""
+    if _USAGE_KEYS.isdisjoint(attributes):
+        return {
+            "input_tokens": 0,
+            "cached_input_tokens": 0,
+            "cache_write_input_tokens": 0,
+            "output_tokens": 0,
+            "reasoning_output_tokens": 0,
+            "modality_tokens": {},
+        }
     details = parse_json_text(attributes.get("langfuse.observation.usage_details"))
     details = details if isinstance(details, dict) else {}
     langfuse = "langfuse.observation.usage_details"
@@ -186,6 +210,8 @@ def usage(attributes: dict) -> dict[str, Any]:
 def reported_cost(attributes: dict) -> dict[str, Any]:
     """The cost the client reported, as ``StepEvent`` fields (none when it sent none);
     InvalidItem for an amount that is not one or a currency the platform cannot compare."""
+    if _COST_KEYS.isdisjoint(attributes):
+        return {}  # as below with nothing sent
     cost = parse_json_text(attributes.get(COST_KEY))
     parts = cost if isinstance(cost, dict) else {"amount": cost}
 
@@ -307,6 +333,34 @@ def _trace_metadata(attributes: dict) -> dict:
     return metadata
 
 
+SESSION_KEYS = ("session.id", "gen_ai.conversation.id", "langfuse.session.id")
+END_USER_KEYS = ("user.id", "langfuse.user.id", "enduser.id")
+AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name")
+AGENT_VERSION_KEYS = ("gen_ai.agent.version", "langfuse.version")
+ENVIRONMENT_KEYS = ("langfuse.environment", "deployment.environment.name", "deployment.environment")
+RELEASE_KEYS = ("langfuse.release", "service.version")
+TRACE_NAME_KEY, TRACE_TAGS_KEY = "langfuse.trace.name", "langfuse.trace.tags"
+TRACE_INPUT_KEY, TRACE_OUTPUT_KEY = "langfuse.trace.input", "langfuse.trace.output"
+PARENT_TRACE_KEY = "agentops.parent_trace_id"
+# Every span attribute run_hints() reads but the langfuse.trace.metadata.<key> ones.
+_HINT_KEYS = frozenset(
+    (
+        *SESSION_KEYS,
+        *END_USER_KEYS,
+        *AGENT_NAME_KEYS,
+        *AGENT_VERSION_KEYS,
+        *ENVIRONMENT_KEYS,
+        *RELEASE_KEYS,
+        TRACE_NAME_KEY,
+        TRACE_TAGS_KEY,
+        LANGFUSE_TRACE_METADATA,
+        TRACE_INPUT_KEY,
+        TRACE_OUTPUT_KEY,
+        PARENT_TRACE_KEY,
+    )
+)
+
+
 def run_hints(attributes: dict, resource: dict, *, is_root: bool) -> dict[str, Any]:
     """What a span tells about its run (session, user, agent, environment, Langfuse
     trace fields); ingest fills the run's empty fields with them. Only non-empty hints
@@ -314,22 +368,29 @@ def run_hints(attributes: dict, resource: dict, *, is_root: bool) -> dict[str, A
     service = text_value(resource.get("service.name"), 200)
     if service.startswith("unknown_service"):
         service = ""  # the SDK's placeholder when the application set no name
-    hints: dict[str, Any] = {
-        "session_id": _lookup_text(
-            attributes, resource, ("session.id", "gen_ai.conversation.id", "langfuse.session.id"), 200
-        ),
-        "end_user_id": _lookup_text(attributes, resource, ("user.id", "langfuse.user.id", "enduser.id"), 200),
-        "agent_name": first_text(attributes, ("gen_ai.agent.name", "agent.name"), 200) or (service if is_root else ""),
-        "agent_version": first_text(attributes, ("gen_ai.agent.version", "langfuse.version"), 100),
-        "environment": _lookup_text(
-            attributes, resource, ("langfuse.environment", "deployment.environment.name", "deployment.environment"), 100
-        ),
-        "release": _lookup_text(attributes, resource, ("langfuse.release", "service.version"), 100),
-        "name": first_text(attributes, ("langfuse.trace.name",), 500),
-        "tags": _tags(attributes.get("langfuse.trace.tags")),
+    metadata_prefix = LANGFUSE_TRACE_METADATA + "."
+    if _HINT_KEYS.isdisjoint(attributes) and not any(key.startswith(metadata_prefix) for key in attributes):
+        # Most spans carry none: only their resource hints (as below, read from it alone).
+        hints: dict[str, Any] = {
+            "session_id": first_text(resource, SESSION_KEYS, 200),
+            "end_user_id": first_text(resource, END_USER_KEYS, 200),
+            "agent_name": service if is_root else "",
+            "environment": first_text(resource, ENVIRONMENT_KEYS, 100),
+            "release": first_text(resource, RELEASE_KEYS, 100),
+        }
+        return {name: value for name, value in hints.items() if value}
+    hints = {
+        "session_id": _lookup_text(attributes, resource, SESSION_KEYS, 200),
+        "end_user_id": _lookup_text(attributes, resource, END_USER_KEYS, 200),
+        "agent_name": first_text(attributes, AGENT_NAME_KEYS, 200) or (service if is_root else ""),
+        "agent_version": first_text(attributes, AGENT_VERSION_KEYS, 100),
+        "environment": _lookup_text(attributes, resource, ENVIRONMENT_KEYS, 100),
+        "release": _lookup_text(attributes, resource, RELEASE_KEYS, 100),
+        "name": first_text(attributes, (TRACE_NAME_KEY,), 500),
+        "tags": _tags(attributes.get(TRACE_TAGS_KEY)),
         "metadata": _trace_metadata(attributes),
-        "input": parse_json_text(attributes.get("langfuse.trace.input"), any_json=True),
-        "output": parse_json_text(attributes.get("langfuse.trace.output"), any_json=True),
-        "parent_trace_id": first_text(attributes, ("agentops.parent_trace_id",), 128).lower(),
+        "input": parse_json_text(attributes.get(TRACE_INPUT_KEY), any_json=True),
+        "output": parse_json_text(attributes.get(TRACE_OUTPUT_KEY), any_json=True),
+        "parent_trace_id": first_text(attributes, (PARENT_TRACE_KEY,), 128).lower(),
     }
     return {name: value for name, value in hints.items() if value not in (None, "", [], {})}

@@ -125,7 +125,8 @@ def map_span(span: Span, resource: dict) -> SpanEvents:
     ended_at = timestamp(span.end_time_unix_nano, "end_time_unix_nano")
     # Usage and cost may also come on the span's operation-details event: the span's
     # own attributes win.
-    measured = {**operation_details(span), **attributes}
+    details = operation_details(span)
+    measured = {**details, **attributes} if details else attributes
     counts = usage(measured)
     cost = reported_cost(measured)
     inputs, outputs = span_messages(attributes) if kind == LLM else ([], [])

@@ -111,6 +111,42 @@ def test_steps_before_their_run_and_run_before_its_steps_end_the_same(project):
     )
 
 
+def test_a_run_created_with_its_events_merged_is_stored_as_one_updated_after_creation(project):
+    """A new run is inserted with what the batch says about it already merged: it ends
+    exactly as the same batch leaves a run that existed with nothing stated."""
+    explicit = {
+        "name": "explicit name",
+        "status": "failed",
+        "error": "boom \x00 here",
+        "tags": ["prod", "eu"],
+        "metadata": {"team": "support", "score": float("nan")},
+        "started_at": _at(-5),
+        "release": "1.2.3",
+    }
+    hinted = _trace()
+    hinted[0].run_hints |= {"end_user_id": "u-7", "environment": "staging", "tags": ["ignored"]}
+    hinted[1].run_hints = {"agent_version": "v2", "session_id": "inner session", "parent_trace_id": "p1"}
+    fields = [f.attname for f in Run._meta.concrete_fields if f.attname not in ("id", "trace_id", "created_at")]
+    fields.remove("updated_at")
+    stored = []
+    with _scope(project):
+        for trace_id, existed in (("new", False), ("old", True)):
+            if existed:
+                ingest(project=project, runs=[RunEvent(trace_id=trace_id)], announce=False)
+            steps = [StepEvent(**{**vars(step), "trace_id": trace_id}) for step in hinted]
+            ingest(project=project, runs=[RunEvent(trace_id=trace_id, fields=explicit)], steps=steps, announce=False)
+            run = Run.objects.get(trace_id=trace_id)
+            stored.append({name: getattr(run, name) for name in fields})
+        search = dict(Run.objects.values_list("trace_id", "search"))
+    assert stored[0] == stored[1]
+    assert search["new"] == search["old"]
+    assert (stored[0]["name"], stored[0]["tags"], stored[0]["error"]) == ("explicit name", ["prod", "eu"], "boom  here")
+    assert stored[0]["metadata"] == {"team": "support", "score": "NaN"}
+    assert (stored[0]["end_user_id"], stored[0]["agent_version"], stored[0]["session_id"]) == ("u-7", "v2", "s-1")
+    assert stored[0]["explicit_fields"] == list(explicit)
+    assert stored[0]["status_explicit"] is True
+
+
 def test_unknown_model_is_unpriced_not_free(project):
     step = StepEvent(
         trace_id="t2",
@@ -421,12 +457,12 @@ def test_a_small_batch_for_a_known_run_takes_four_statements(project, django_ass
         assert Run.objects.get().llm_call_count == 2
 
 
-def test_a_large_batch_of_new_traces_takes_eight_statements_whatever_its_size(
+def test_a_large_batch_of_new_traces_takes_five_statements_whatever_its_size(
     project, make_api_key, django_assert_max_num_queries
 ):
-    """An OTLP export of new traces: lock and create the runs; merge what the root spans
-    say about them (a temporary table: create, empty, write); look up the new steps' ids
-    for their messages and tool calls; recompute the runs; mark them for the usage
+    """An OTLP export of new traces: lock the runs; create them with what the root spans
+    say about them already merged (no second write of the runs); look up the new steps'
+    ids for their messages and tool calls; recompute the runs; mark them for the usage
     ledger. The steps, messages and tool calls themselves go by COPY (no statement of
     their own, no second write to link them)."""
     key, _ = make_api_key(project)
@@ -439,7 +475,7 @@ def test_a_large_batch_of_new_traces_takes_eight_statements_whatever_its_size(
     with _scope(project):
         # The prices are read once and kept: read them first.
         ingest(project=project, steps=_trace("warm-up"), redactor=NO_REDACTION, announce=False)
-        with django_assert_max_num_queries(8):
+        with django_assert_max_num_queries(5):
             result = ingest(
                 project=project,
                 steps=steps,
@@ -492,3 +528,27 @@ def test_a_run_created_by_a_concurrent_batch_is_locked_and_updated(transactional
         run = Run.objects.get()
     assert results["first"].runs_created == [run.pk] and results["second"].runs_created == []
     assert (run.step_count, run.status) == (3, "succeeded")
+
+
+def test_items_of_a_new_run_without_their_step_yet_are_linked_when_it_comes(project):
+    """A large batch creating its runs links its items to its steps by a look-up and
+    skips the link statement; an item whose step is not in the batch is still linked
+    by the batch that brings the step."""
+    steps, messages = [], []
+    for trace in range(8):
+        trace_id = f"t{trace}"
+        steps += _trace(trace_id)[:2]  # no tool1 yet
+        messages += [
+            MessageEvent(trace_id=trace_id, message_id="m1", position=1, role="user", span_id="llm1"),
+            MessageEvent(trace_id=trace_id, message_id="m2", position=2, role="tool", span_id="tool1"),
+        ]
+    with _scope(project):
+        ingest(project=project, steps=steps, messages=messages, redactor=NO_REDACTION, announce=False)
+        assert {(m.message_id, m.step.span_id if m.step else None) for m in Message.objects.all()} == {
+            ("m1", "llm1"),
+            ("m2", None),
+        }
+        later = [step for trace in range(8) for step in _trace(f"t{trace}")[2:]]
+        ingest(project=project, steps=later, redactor=NO_REDACTION, announce=False)
+        assert {(m.message_id, m.step.span_id) for m in Message.objects.all()} == {("m1", "llm1"), ("m2", "tool1")}
+        assert all(m.step.run_id == m.run_id for m in Message.objects.all())

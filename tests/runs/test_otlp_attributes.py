@@ -175,3 +175,50 @@ def test_resending_the_same_request_maps_to_the_same_ids():
     first, second = mapped(span), mapped(span)
     assert [m.message_id for m in first.messages] == [m.message_id for m in second.messages]
     assert first.steps == second.steps
+
+
+# --- JSON sent as text ---------------------------------------------------------------------------
+
+_JSON_TEXTS = [
+    '{"a": [1, 2.5, "x"], "b": {"c": null, "d": true}}',
+    '  [{"role": "user", "content": "hi"}]  ',
+    '{"nan": NaN}',
+    "[Infinity, -Infinity]",
+    '{"big": 1e400, "small": -1E+999, "fine": 1e300, "tiny": 1e-400}',
+    "[" + "9" * 400 + ".5]",
+    '{"nul": "a\\u0000b"}',
+    '{"surrogate": "\\ud800", "astral": "\\ud83d\\ude00"}',
+    '{"accent": "héllo"}',
+    "[" * 70 + "1" + "]" * 70,
+    "[" * 40 + "1" + "]" * 40,
+    "42",
+    "NaN",
+    "1e999",
+    "true",
+    '"quoted"',
+    "not json",
+    "{broken",
+    '{"a": 1} trailing',
+    "",
+    "   ",
+    '{"a": 1, "a": 2}',
+    "[" * 5000 + "]" * 5000,
+]
+
+
+@pytest.mark.parametrize("text", _JSON_TEXTS, ids=range(len(_JSON_TEXTS)))
+@pytest.mark.parametrize("any_json", [False, True])
+def test_json_text_is_parsed_and_cleaned_as_json_safe_cleans_it(text, any_json):
+    """parse_json_text skips json_safe's walk when the text cannot hold what it changes:
+    the value and what is noted are those of json_from_text then json_safe."""
+    from agentops.jsonsafe import json_from_text
+    from runs.events import json_safe, noting
+    from runs.otlp.attributes import parse_json_text
+
+    with noting() as expected_notes:
+        parsed = json_from_text(text, any_json=any_json)
+        expected = text if parsed is text else json_safe(parsed)
+    with noting() as notes:
+        value = parse_json_text(text, any_json=any_json)
+    assert repr(value) == repr(expected)
+    assert notes == expected_notes
