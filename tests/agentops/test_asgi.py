@@ -22,7 +22,9 @@ def _sessions() -> set[int]:
     """Server sessions (backend pids) on this test database other than this thread's own."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            # Not autovacuum's workers, which come and go on their own.
+            "AND backend_type = 'client backend'"
         )
         return {pid for (pid,) in cursor.fetchall()}
 
