@@ -89,6 +89,10 @@ def test_a_member_asks_about_a_run_and_the_answer_streams_in_with_step_links(
         href = page.locator(link).first.get_attribute("href")
         page.goto(href if href.startswith("http") else f"{asgi_server}{href}")
         page.wait_for_selector(f"#step-row-{failed_step.pk}.is-selected")
+        # ... and stays selected when something on the page is swapped (a live update, the
+        # analyst's panel), which re-renders the tree's selection.
+        page.evaluate("document.body.dispatchEvent(new CustomEvent('htmx:afterSettle', {bubbles: true}))")
+        assert page.locator(f"#step-row-{failed_step.pk}.is-selected").count() == 1
 
         # And the question stays on the run.
         page.goto(run_page)

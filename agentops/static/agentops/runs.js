@@ -7,7 +7,11 @@
   // --- The step tree: collapse, expand, the selected step --------------------------------
 
   var collapsed = new Set(); // step ids, kept across live re-renders of the tree
-  var selectedStep = null;
+  // A page drawn with a step selected (?step=, a citation's link): that step stays
+  // selected when a live update or a panel's swap re-renders the tree. (The script is
+  // deferred: the page is parsed when this runs.)
+  var drawnSelected = document.querySelector("#run-steps .trace-row.is-selected");
+  var selectedStep = drawnSelected ? drawnSelected.dataset.stepId : null;
 
   function depthOf(row) {
     return Number(row.dataset.depth || 0);
