@@ -4,6 +4,8 @@ with the original read on the compare page."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agentops.scoping import organization_scope
@@ -38,7 +40,12 @@ def test_member_replays_a_run_from_its_page_and_reads_the_diff(
             tools=["calculator"],
         )
         source = run_start(project=tenant.project, agent=agent, actor=tenant.member, input="What is 6*7?")
+        # Executed here, unless the worker (up for the replay) claimed it first: then its end
+        # is awaited (a hang guard, not a pace).
         run_execute(run_id=source.pk)
+        deadline = time.monotonic() + 60
+        while Run.objects.get(pk=source.pk).status not in Run.ENDED and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert Run.objects.get(pk=source.pk).status == "succeeded"
     # The replay, with a hotter model: the same tool call (served from the recording), another answer.
     fake_mistral.reply(completion(tool_calls=[("x", "calculator", {"expression": "6*7"})]))
