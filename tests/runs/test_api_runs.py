@@ -788,6 +788,7 @@ def test_the_listed_decimal_string_is_drfs(value):
     from decimal import Decimal
 
     from runs.api import serializers as s
+    from runs.api.listed import _plain
 
     field = s.StepSerializer.listed_fields()[[f.field_name for f in s.StepSerializer.listed_fields()].index("cost")]
-    assert s._plain(field)(Decimal(value)) == field.to_representation(Decimal(value))
+    assert _plain(field)(Decimal(value)) == field.to_representation(Decimal(value))
