@@ -8,12 +8,23 @@ Tenant filters are the caller's (``agentops.scoping.organization_id_for_sql``)."
 
 from __future__ import annotations
 
+from functools import cache
+
 from django.db import connection
 
 
-def loaded_fields(model, skip: tuple[str, ...] = ()) -> list:
-    """The concrete fields of ``model`` a statement reads, in order: all but ``skip``."""
-    return [f for f in model._meta.concrete_fields if f.attname not in skip]
+@cache
+def loaded_fields(model, skip: tuple[str, ...] = ()) -> tuple:
+    """The concrete fields of ``model`` a statement reads, in order: all but ``skip``
+    (worked out once per process: ``instances`` asks for every row)."""
+    return tuple(f for f in model._meta.concrete_fields if f.attname not in skip)
+
+
+@cache
+def _layout(model, skip: tuple[str, ...]) -> tuple[tuple, int, list[str]]:
+    """``loaded_fields``, the primary key's position among them and their attribute names."""
+    fields = loaded_fields(model, skip)
+    return fields, next(i for i, f in enumerate(fields) if f.primary_key), [f.attname for f in fields]
 
 
 def all_but(model, *keep: str) -> tuple[str, ...]:
@@ -33,10 +44,9 @@ def instances(row, *parts: tuple[type, tuple[str, ...]]) -> list:
     that found nothing) is None. Fields skipped are deferred, read when used."""
     made, start = [], 0
     for model, skip in parts:
-        fields = loaded_fields(model, skip)
+        fields, pk_index, attnames = _layout(model, skip)
         values = row[start : start + len(fields)]
         start += len(fields)
-        pk_index = next(i for i, f in enumerate(fields) if f.primary_key)
         if values[pk_index] is None:
             made.append(None)
             continue
@@ -44,5 +54,5 @@ def instances(row, *parts: tuple[type, tuple[str, ...]]) -> list:
             f.from_db_value(value, None, connection) if value is not None and hasattr(f, "from_db_value") else value
             for f, value in zip(fields, values, strict=True)
         ]
-        made.append(model.from_db(connection.alias, [f.attname for f in fields], values))
+        made.append(model.from_db(connection.alias, attnames, values))
     return made
