@@ -104,8 +104,9 @@ def prices_changed() -> None:
 
 
 def _matching(kind: str, owner: int | None, name: str) -> list[PublishedPrice]:
-    """The versions of ``kind`` owned by ``owner`` whose pattern matches ``name``, kept
-    with the catalog's copy (a batch prices the same few models hundreds of times)."""
+    """The versions of ``kind`` owned by ``owner`` whose pattern matches ``name``, best
+    first (``_rank``), kept with the catalog's copy (a batch prices the same few models
+    hundreds of times)."""
     prices = _prices(kind, owner)
     key = (kind, owner, name)
     with _cache_lock:
@@ -117,7 +118,7 @@ def _matching(kind: str, owner: int | None, name: str) -> list[PublishedPrice]:
             if len(memo) > 10_000:  # names are the clients': bound the memory
                 memo.clear()
                 memo["for"] = _cache["prices"]
-            memo[key] = [p for p in prices if _matches(p, name)]
+            memo[key] = sorted((p for p in prices if _matches(p, name)), key=_rank, reverse=True)
         return memo[key]
 
 
@@ -137,13 +138,19 @@ def _matches(price: PublishedPrice, name: str) -> bool:
 _MATCH_RANK = {catalog.Price.Match.EXACT: 2, catalog.Price.Match.PREFIX: 1, catalog.Price.Match.REGEX: 0}
 
 
+def _rank(price: PublishedPrice) -> tuple:
+    """Which of two versions in effect wins: exact names first, then the highest
+    priority, then the longest pattern, then the newest effective date."""
+    return (_MATCH_RANK[price.match], price.priority, len(price.pattern), price.effective_from)
+
+
 def _best(matching: list[PublishedPrice], at: datetime) -> PublishedPrice | None:
-    """The version in effect at ``at`` among ``matching``: exact names first, then the
-    highest priority, then the longest pattern, then the newest effective date."""
-    in_effect = [p for p in matching if p.effective_from <= at]
-    if not in_effect:
-        return None
-    return max(in_effect, key=lambda p: (_MATCH_RANK[p.match], p.priority, len(p.pattern), p.effective_from))
+    """The version in effect at ``at`` among ``matching`` (best first, ``_matching``):
+    the first in effect."""
+    for price in matching:
+        if price.effective_from <= at:
+            return price
+    return None
 
 
 def _earliest(matching: list[PublishedPrice]) -> PublishedPrice | None:
@@ -256,6 +263,32 @@ class CostPart:
     amount: Decimal
 
 
+def _priced_parts(
+    price,
+    input_tokens: int,
+    cached_input_tokens: int,
+    output_tokens: int,
+    cache_write_input_tokens: int = 0,
+    reasoning_output_tokens: int = 0,
+) -> tuple[tuple[str, int, Decimal], ...]:
+    """(part, tokens, rate per million) of each part of a model call: ``cost_parts``'
+    split, shared with ``tokens_cost``."""
+    input_tokens, output_tokens = max(input_tokens, 0), max(output_tokens, 0)
+    rates = _rates(price, input_tokens)
+    input_rate = rates["input_per_million"] or Decimal(0)
+    output_rate = rates["output_per_million"] or Decimal(0)
+    cache_read = min(max(cached_input_tokens, 0), input_tokens)
+    cache_write = min(max(cache_write_input_tokens, 0), input_tokens - cache_read)
+    reasoning = min(max(reasoning_output_tokens, 0), output_tokens)
+    return (
+        ("input", input_tokens - cache_read - cache_write, input_rate),
+        ("cached_input", cache_read, _or(rates["cached_input_per_million"], input_rate)),
+        ("cache_write", cache_write, _or(rates["cache_write_per_million"], input_rate)),
+        ("output", output_tokens - reasoning, output_rate),
+        ("reasoning_output", reasoning, _or(rates["reasoning_output_per_million"], output_rate)),
+    )
+
+
 def cost_parts(
     *,
     price,
@@ -269,19 +302,8 @@ def cost_parts(
     and cache writes are part of ``input_tokens`` and reasoning tokens part of
     ``output_tokens`` (as OpenTelemetry reports them), so a part never exceeds what is
     left of its whole; an empty rate is the input's (cache) or the output's (reasoning)."""
-    input_tokens, output_tokens = max(input_tokens, 0), max(output_tokens, 0)
-    rates = _rates(price, input_tokens)
-    input_rate = rates["input_per_million"] or Decimal(0)
-    output_rate = rates["output_per_million"] or Decimal(0)
-    cache_read = min(max(cached_input_tokens, 0), input_tokens)
-    cache_write = min(max(cache_write_input_tokens, 0), input_tokens - cache_read)
-    reasoning = min(max(reasoning_output_tokens, 0), output_tokens)
-    parts = (
-        ("input", input_tokens - cache_read - cache_write, input_rate),
-        ("cached_input", cache_read, _or(rates["cached_input_per_million"], input_rate)),
-        ("cache_write", cache_write, _or(rates["cache_write_per_million"], input_rate)),
-        ("output", output_tokens - reasoning, output_rate),
-        ("reasoning_output", reasoning, _or(rates["reasoning_output_per_million"], output_rate)),
+    parts = _priced_parts(
+        price, input_tokens, cached_input_tokens, output_tokens, cache_write_input_tokens, reasoning_output_tokens
     )
     return [CostPart(part, tokens, rate, Decimal(tokens) * rate / MILLION) for part, tokens, rate in parts]
 
@@ -290,10 +312,27 @@ def _or(rate: Decimal | None, default: Decimal) -> Decimal:
     return default if rate is None else rate
 
 
-def tokens_cost(*, price, **tokens) -> Decimal:
+def tokens_cost(
+    *,
+    price,
+    input_tokens: int,
+    cached_input_tokens: int,
+    output_tokens: int,
+    cache_write_input_tokens: int = 0,
+    reasoning_output_tokens: int = 0,
+) -> Decimal:
     """The cost of a model call at ``price`` (a ``PublishedPrice`` or a catalog row, a draft
-    too: recompute previews use it): the sum of its ``cost_parts`` (same arguments)."""
-    return sum((part.amount for part in cost_parts(price=price, **tokens)), Decimal(0)).quantize(NANO)
+    too: recompute previews use it): the sum of its ``cost_parts`` (same arguments), the
+    same arithmetic without their objects (ingestion prices every model step). Parts of
+    no tokens add nothing: their zero changes no digit of the quantized sum."""
+    parts = _priced_parts(
+        price, input_tokens, cached_input_tokens, output_tokens, cache_write_input_tokens, reasoning_output_tokens
+    )
+    total = Decimal(0)
+    for _part, tokens, rate in parts:
+        if tokens:
+            total += Decimal(tokens) * rate / MILLION
+    return total.quantize(NANO)
 
 
 def costs_differ(computed: Decimal | None, reported: Decimal | None) -> bool:

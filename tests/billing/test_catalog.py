@@ -78,6 +78,18 @@ def test_a_prefix_wins_over_a_regex_and_priority_orders_the_same_match():
     assert _input_price("acme-chat") == Decimal("4"), "a higher priority wins over a longer prefix"
 
 
+def test_a_better_match_not_yet_in_effect_leaves_the_one_in_effect():
+    # An exact price from October ranks above the prefix in effect since the seed: before
+    # October the prefix still prices the call, from October the exact name does.
+    october = datetime(2026, 10, 1, tzinfo=UTC)
+    exact = _llm("acme-chat", input_price="7", effective_from=october, priority=-5)
+    prefix = _llm("acme-", match="prefix", input_price="2", priority=50)
+    before = step_cost(model="acme-chat", **MILLION_IN, at=october - timedelta(seconds=1))
+    after = step_cost(model="acme-chat", **MILLION_IN, at=october)
+    assert (before.amount, before.price_id) == (Decimal("2"), prefix.pk)
+    assert (after.amount, after.price_id) == (Decimal("7"), exact.pk)
+
+
 def test_the_longest_seeded_prefix_wins():
     assert _input_price("gpt-4.1-mini-2025-04-14") == Decimal("0.4")
     assert _input_price("gpt-4.1-2025-04-14") == Decimal("2")

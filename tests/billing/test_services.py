@@ -5,6 +5,7 @@ ever priced twice."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -185,6 +186,34 @@ def test_a_call_prices_each_token_exactly_once(db, input_tokens, cached, cache_w
         )
         == (input_tokens * Decimal("3") + output_tokens * Decimal("15")) / M
     )
+
+
+def test_the_cost_is_the_sum_of_its_parts_for_every_seeded_price(db):
+    # tokens_cost adds the parts without building them (ingestion prices every model
+    # step): the same amount as cost_parts' sum, for every published LLM price, tiered
+    # ones and calls above their thresholds among them.
+    rng = random.Random(19)
+    prices = list(Price.objects.filter(kind=Price.Kind.LLM, status=Price.Status.PUBLISHED))
+    prices.append(
+        Price(
+            input_per_million=Decimal("1.25"),
+            output_per_million=Decimal("10"),
+            cached_input_per_million=Decimal("0.125"),
+            tiers=[{"above_input_tokens": 200_000, "input_per_million": "2.5", "output_per_million": "15"}],
+        )
+    )
+    assert any(price.tiers for price in prices)
+    for price in prices:
+        for _ in range(25):
+            tokens = {
+                "input_tokens": rng.choice([0, 1, rng.randrange(10**3), rng.randrange(10**7), -5]),
+                "cached_input_tokens": rng.choice([0, rng.randrange(10**6)]),
+                "cache_write_input_tokens": rng.choice([0, rng.randrange(10**6)]),
+                "output_tokens": rng.choice([0, rng.randrange(10**5), 10**9]),
+                "reasoning_output_tokens": rng.choice([0, rng.randrange(10**5)]),
+            }
+            parts = sum((part.amount for part in cost_parts(price=price, **tokens)), Decimal(0))
+            assert tokens_cost(price=price, **tokens) == parts.quantize(Decimal("0.000000001")), (price, tokens)
 
 
 def test_a_tier_applies_above_its_threshold_only():
