@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -22,7 +23,7 @@ NANO = Decimal("0.000000001")
 # The catalog is small and read for every stored step: each process keeps it in memory
 # for a minute, so an edit in the admin applies everywhere within a minute.
 _CACHE_SECONDS = 60
-_cache: dict[str, object] = {"loaded_at": 0.0, "prices": None}
+_cache: dict[str, Any] = {"loaded_at": 0.0, "prices": None, "candidates": {}}
 _cache_lock = threading.Lock()
 
 LLM = catalog.Price.Kind.LLM
@@ -84,17 +85,18 @@ def _version(row: catalog.Price) -> PublishedPrice:
     )
 
 
-def _prices(kind: str, organization_id: int | None) -> list[PublishedPrice]:
-    """The published versions of ``kind`` owned by ``organization_id`` (None: public).
-    Drafts are never loaded: they only serve recompute previews."""
-    with _cache_lock:
-        if _cache["prices"] is None or time.monotonic() - _cache["loaded_at"] > _CACHE_SECONDS:
-            grouped: dict[tuple[str, int | None], list[PublishedPrice]] = defaultdict(list)
-            for row in catalog.Price.objects.filter(status=catalog.Price.Status.PUBLISHED):
-                grouped[(row.kind, row.organization_id)].append(_version(row))
-            _cache["prices"] = dict(grouped)
-            _cache["loaded_at"] = time.monotonic()
-        return _cache["prices"].get((kind, organization_id), [])
+def _catalog() -> dict[tuple[str, int | None], list[PublishedPrice]]:
+    """The published versions by (kind, owner: None for public), loaded again after
+    ``_CACHE_SECONDS``; the caller holds ``_cache_lock``. Drafts are never loaded: they
+    only serve recompute previews."""
+    if _cache["prices"] is None or time.monotonic() - _cache["loaded_at"] > _CACHE_SECONDS:
+        grouped: dict[tuple[str, int | None], list[PublishedPrice]] = defaultdict(list)
+        for row in catalog.Price.objects.filter(status=catalog.Price.Status.PUBLISHED):
+            grouped[(row.kind, row.organization_id)].append(_version(row))
+        _cache["prices"] = dict(grouped)
+        _cache["loaded_at"] = time.monotonic()
+        _cache["candidates"] = {}
+    return _cache["prices"]
 
 
 def prices_changed() -> None:
@@ -103,23 +105,30 @@ def prices_changed() -> None:
         _cache["prices"] = None
 
 
-def _matching(kind: str, owner: int | None, name: str) -> list[PublishedPrice]:
-    """The versions of ``kind`` owned by ``owner`` whose pattern matches ``name``, best
-    first (``_rank``), kept with the catalog's copy (a batch prices the same few models
-    hundreds of times)."""
-    prices = _prices(kind, owner)
-    key = (kind, owner, name)
+def _candidates(
+    kind: str, name: str, organization_id: int | None, providers: tuple[str, ...] | None
+) -> tuple[list[list[PublishedPrice]], list[list[PublishedPrice]]]:
+    """(the organization's groups, the public groups) of versions whose pattern matches
+    ``name`` (lowercased), each best first (``_rank``): one group, or one per provider
+    of ``providers`` in that order. Kept with the catalog's copy: a batch prices the same
+    few models hundreds of times, and each call then costs one dictionary lookup."""
+    key = (kind, name, organization_id, providers)
     with _cache_lock:
-        memo = _cache.setdefault("matching", {})
-        if memo.get("for") is not _cache["prices"]:
-            memo.clear()
-            memo["for"] = _cache["prices"]
-        if key not in memo:
+        prices = _catalog()
+        memo = _cache["candidates"]
+        found = memo.get(key)
+        if found is None:
             if len(memo) > 10_000:  # names are the clients': bound the memory
                 memo.clear()
-                memo["for"] = _cache["prices"]
-            memo[key] = sorted((p for p in prices if _matches(p, name)), key=_rank, reverse=True)
-        return memo[key]
+
+            def groups(owner: int | None) -> list[list[PublishedPrice]]:
+                rows = sorted((p for p in prices.get((kind, owner), ()) if _matches(p, name)), key=_rank, reverse=True)
+                if providers is None:
+                    return [rows]
+                return [[p for p in rows if p.provider.lower() == provider] for provider in providers]
+
+            found = memo[key] = (groups(organization_id) if organization_id is not None else [], groups(None))
+        return found
 
 
 def _matches(price: PublishedPrice, name: str) -> bool:
@@ -172,16 +181,7 @@ def _lookup(
     if not name:
         return None
     at = at or timezone.now()
-    name = name.strip().lower()
-
-    def groups(owner: int | None) -> list[list[PublishedPrice]]:
-        rows = _matching(kind, owner, name)
-        if providers is None:
-            return [rows]
-        return [[p for p in rows if p.provider.lower() == provider] for provider in providers]
-
-    negotiated = groups(organization_id) if organization_id is not None else []
-    public = groups(None)
+    negotiated, public = _candidates(kind, name.strip().lower(), organization_id, providers)
     for group in negotiated + public:
         if found := _best(group, at):
             return found
