@@ -17,6 +17,28 @@ from tests.fake_mistral import fake_mistral  # noqa: F401 - a fixture for every 
 from tests.redirect_trap import redirect_trap  # noqa: F401 - a fixture for every test module
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _test_database_released(django_db_setup, django_db_blocker):
+    """Before the test database is dropped, end the sessions still connected to it:
+    ``AsyncClient`` runs a sync view in a thread of its own and, as Django's test clients
+    do, keeps ``close_old_connections`` from ending that request's connection, so the
+    connection the thread borrowed from the pool is never given back and outlives the
+    thread. Left connected, it made the drop fail ("is being accessed by other users")
+    and left one test database behind in the data folder per run."""
+    yield
+    import gc
+
+    from django.db import connection
+
+    gc.collect()  # the wrappers of ended threads, and their connections
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    connection.close()
+
+
 @dataclass
 class Tenant:
     organization: Organization
