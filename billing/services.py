@@ -154,7 +154,7 @@ def _rank(price: PublishedPrice) -> tuple:
 
 
 def _best(matching: list[PublishedPrice], at: datetime) -> PublishedPrice | None:
-    """The version in effect at ``at`` among ``matching`` (best first, ``_matching``):
+    """The version in effect at ``at`` among ``matching`` (best first, ``_candidates``):
     the first in effect."""
     for price in matching:
         if price.effective_from <= at:
@@ -264,6 +264,7 @@ class CostPart:
 
 
 def _priced_parts(
+    *,
     price,
     input_tokens: int,
     cached_input_tokens: int,
@@ -271,8 +272,8 @@ def _priced_parts(
     cache_write_input_tokens: int = 0,
     reasoning_output_tokens: int = 0,
 ) -> tuple[tuple[str, int, Decimal], ...]:
-    """(part, tokens, rate per million) of each part of a model call: ``cost_parts``'
-    split, shared with ``tokens_cost``."""
+    """(part, tokens, rate per million) of each part of a model call: the split that
+    ``cost_parts`` and ``tokens_cost`` share (their token arguments are these)."""
     input_tokens, output_tokens = max(input_tokens, 0), max(output_tokens, 0)
     rates = _rates(price, input_tokens)
     input_rate = rates["input_per_million"] or Decimal(0)
@@ -289,49 +290,31 @@ def _priced_parts(
     )
 
 
-def cost_parts(
-    *,
-    price,
-    input_tokens: int,
-    cached_input_tokens: int,
-    output_tokens: int,
-    cache_write_input_tokens: int = 0,
-    reasoning_output_tokens: int = 0,
-) -> list[CostPart]:
-    """A model call's cost, part by part: every token in exactly one part. Cache reads
-    and cache writes are part of ``input_tokens`` and reasoning tokens part of
-    ``output_tokens`` (as OpenTelemetry reports them), so a part never exceeds what is
-    left of its whole; an empty rate is the input's (cache) or the output's (reasoning)."""
-    parts = _priced_parts(
-        price, input_tokens, cached_input_tokens, output_tokens, cache_write_input_tokens, reasoning_output_tokens
-    )
-    return [CostPart(part, tokens, rate, Decimal(tokens) * rate / MILLION) for part, tokens, rate in parts]
+def cost_parts(*, price, **tokens) -> list[CostPart]:
+    """A model call's cost, part by part (the token counts as ``_priced_parts`` takes
+    them): every token in exactly one part. Cache reads and cache writes are part of
+    ``input_tokens`` and reasoning tokens part of ``output_tokens`` (as OpenTelemetry
+    reports them), so a part never exceeds what is left of its whole; an empty rate is
+    the input's (cache) or the output's (reasoning)."""
+    return [
+        CostPart(part, count, rate, Decimal(count) * rate / MILLION)
+        for part, count, rate in _priced_parts(price=price, **tokens)
+    ]
 
 
 def _or(rate: Decimal | None, default: Decimal) -> Decimal:
     return default if rate is None else rate
 
 
-def tokens_cost(
-    *,
-    price,
-    input_tokens: int,
-    cached_input_tokens: int,
-    output_tokens: int,
-    cache_write_input_tokens: int = 0,
-    reasoning_output_tokens: int = 0,
-) -> Decimal:
+def tokens_cost(*, price, **tokens) -> Decimal:
     """The cost of a model call at ``price`` (a ``PublishedPrice`` or a catalog row, a draft
     too: recompute previews use it): the sum of its ``cost_parts`` (same arguments), the
     same arithmetic without their objects (ingestion prices every model step). Parts of
     no tokens add nothing: their zero changes no digit of the quantized sum."""
-    parts = _priced_parts(
-        price, input_tokens, cached_input_tokens, output_tokens, cache_write_input_tokens, reasoning_output_tokens
-    )
     total = Decimal(0)
-    for _part, tokens, rate in parts:
-        if tokens:
-            total += Decimal(tokens) * rate / MILLION
+    for _part, count, rate in _priced_parts(price=price, **tokens):
+        if count:
+            total += Decimal(count) * rate / MILLION
     return total.quantize(NANO)
 
 

@@ -26,11 +26,8 @@ def _test_database_released(django_db_setup, django_db_blocker):
     thread. Left connected, it made the drop fail ("is being accessed by other users")
     and left one test database behind in the data folder per run."""
     yield
-    import gc
-
     from django.db import connection
 
-    gc.collect()  # the wrappers of ended threads, and their connections
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
