@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
@@ -194,21 +195,31 @@ def _text_value(value: Any) -> Any:
     return storable(value, False)
 
 
+def _aware(value: datetime) -> datetime:
+    # A naive time is UTC, as PostgreSQL reads it in text (Django's sessions are in UTC);
+    # the binary format takes only aware times for a timestamptz column.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
 def _row_writer(sql: UpsertSQL, *, copy: bool = False):
     """A function of a row (a dict by attribute name) to its storable values in the order
     of ``sql.fields`` (``storable``'s; for ``copy`` JSON as its encoded bytes, or as text
     for a table copied in text format); fields a row lacks take their default. Only text
-    and JSON columns are looked at: numbers, times and ids go as they are."""
+    and JSON columns are looked at, and times for a binary COPY: numbers and ids go as
+    they are."""
+    binary = copy and sql.binary_types is not None
     if not copy:
         json_value = _json_value
     else:
-        json_value = _json_copy_text if sql.binary_types is None else _jsonb_bytes
+        json_value = _jsonb_bytes if binary else _json_copy_text
     columns = []
     for f in sql.fields:
         if isinstance(f, JSONField):
             convert = json_value
         elif f.get_internal_type() in ("CharField", "TextField", "SlugField", "ArrayField"):
             convert = _text_value
+        elif binary and f.get_internal_type() == "DateTimeField":
+            convert = _aware
         else:
             convert = None
         columns.append((f.attname, f.get_default(), convert))

@@ -2,7 +2,7 @@
 INSERT, many rows of runs the batch creates by COPY into their tables, many rows of runs
 that exist by COPY into a temporary table and INSERT ... ON CONFLICT. Both COPYs of the
 item tables go in PostgreSQL's binary format (runs.ingest.sql), where every value is
-dumped by its column's type: times, amounts, floats, NULLs, text PostgreSQL refuses
+dumped by its column's type: times (naive ones too), amounts, floats, NULLs, text PostgreSQL refuses
 (NUL, unpaired surrogates) and JSON that jsonb refuses (NaN, big integers) must come out
 as the INSERT stores them."""
 
@@ -89,7 +89,7 @@ def _events(trace_id: str, index: int) -> dict:
                 sequence=index,
                 state=ODD_JSON,
                 span_id=span,
-                taken_at=started,
+                taken_at=started.replace(tzinfo=None) if index % 2 else started,  # naive: UTC
             )
         ],
     }
