@@ -64,10 +64,11 @@ def _jsonb_text_exact(value: Any) -> str:
 
 
 def _jsonb_bytes(value: Any) -> bytes:
-    """``value`` as JSON that ``jsonb`` takes, UTF-8 encoded. Callers other than the OTLP mapping and
-    the batch API (which clean or refuse them) may hand over NaN, Infinity, NUL
-    characters or unpaired surrogates (a webhook tool's answer, say): jsonb refuses
-    them, and the whole batch would fail. They are cleaned as the OTLP mapping cleans them
+    """``value`` as JSON that ``jsonb`` takes, UTF-8 encoded (as a binary COPY and
+    psycopg's ``Jsonb`` send it). Callers other than the OTLP mapping and the batch API
+    (which clean or refuse them) may hand over NaN, Infinity, NUL characters or unpaired
+    surrogates (a webhook tool's answer, say): jsonb refuses them, and the whole batch
+    would fail. They are cleaned as the OTLP mapping cleans them
     (``runs.events.json_safe``).
 
     Encoded by orjson (a third of the write's Python was this encoding with ``json``),
