@@ -1,7 +1,8 @@
 """A pseudo-terminal for end-to-end tests of the client's console scripts (only the
 standard library: ``pty``, ``os``): the program runs as the session leader of a new
 terminal, so ^C typed in it is SIGINT from the terminal's line discipline, as when a
-person presses Ctrl-C. ``expect`` waits for text in what it printed (a hang guard, not
+person presses Ctrl-C; it starts with the signal dispositions a shell's foreground job
+has, whatever the test run inherited. ``expect`` waits for text in what it printed (a hang guard, not
 a speed check)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import fcntl
 import os
 import pty
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -39,7 +41,16 @@ def console_script(name: str, directory: Path) -> Path:
     return path
 
 
+#: Signals a shell gives their default action when it starts a foreground job: a test run
+#: started in the background (``make test &``, nohup) ignores SIGINT and SIGQUIT, and a
+#: program inherits what its parent ignores, so ^C would do nothing in it.
+SHELL_DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGTSTP)
+
+
 def _controlling_terminal() -> None:  # in the child, before exec
+    for number in SHELL_DEFAULT_SIGNALS:
+        signal.signal(number, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     os.setsid()
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 

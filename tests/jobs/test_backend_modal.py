@@ -22,7 +22,9 @@ from jobs.backends.base import BackendError, JobNotFound, JobSpec
 from jobs.backends.modal import ModalBackend
 from jobs.hardware import CATALOG
 
-T0 = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
+# The sandboxes' log entries are written an hour ago: the backend's first read looks back
+# FIRST_LOG_LOOKBACK from the real clock, so a fixed date would fall out of it one day.
+T0 = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=0)
 
 
 def bind_to_sdk(real):
