@@ -176,6 +176,12 @@ def print_stages(directory: str, items: int, cpu: float) -> None:
     for stage, seconds in rows:
         print(f"  {stage:<58} {seconds / items * 1000:7.2f} ms  {sql.get(stage, 0) / items:6.1f} SQL")
     print(f"  {'total':<58} {cpu / items * 1000:7.2f} ms  {sum(sql.values()) / items:6.1f} SQL")
+    collected = sum(report.get("gc", {}).get("cpu", 0.0) for report in reports)
+    collections = [sum(report.get("gc", {}).get("collections", [0, 0, 0])[g] for report in reports) for g in range(3)]
+    print(
+        f"  of which the garbage collector: {collected / items * 1000:.2f} ms per item "
+        f"(collections of generations 0/1/2 over the run: {'/'.join(map(str, collections))})"
+    )
 
 
 def breakdown(experiment) -> dict[str, float]:

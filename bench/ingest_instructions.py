@@ -49,6 +49,7 @@ def child(requests: int, signals: Path) -> None:
     with private_platform(ALLOWED_HOSTS="127.0.0.1"):
         from django.core.management import call_command
 
+        from agentops.heap import settle_heap
         from agentops.models import Project
         from agentops.scoping import dangerously_unscoped, organization_scope
         from runs.ingest import ingest
@@ -68,6 +69,7 @@ def child(requests: int, signals: Path) -> None:
 
         for body in bodies[:WARM_UP_REQUESTS]:
             receive(body)
+        settle_heap()  # as a web process is (agentops/asgi.py)
         (signals / "ready").write_text(str(os.getpid()))
         while not (signals / "go").exists():
             time.sleep(0.05)

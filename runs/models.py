@@ -137,10 +137,13 @@ class Run(TenantModel):
             models.Index(
                 fields=["organization", "-total_cost", "-id"], include=["started_at"], name="run_organization_cost"
             ),
-            # Sub-agent runs waiting for their parent run (ingest links them when it arrives).
+            # Sub-agent runs waiting for their parent run (ingest links them when it
+            # arrives): only those, not every root run, so the index stays as small as
+            # the runs waiting, and the planner takes it even before the table has
+            # statistics (with root runs in it, it read all of a project's runs then).
             models.Index(
                 fields=["project", "parent_trace_id"],
-                condition=models.Q(parent_run__isnull=True),
+                condition=models.Q(parent_run__isnull=True) & ~models.Q(parent_trace_id=""),
                 name="run_waiting_for_parent",
             ),
             GinIndex(fields=["tags"], name="run_tags"),

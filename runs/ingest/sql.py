@@ -3,23 +3,33 @@
 A few rows (the executor's batches) go as one multi-row INSERT for every table at once;
 many go through COPY into a temporary table, then one INSERT ... ON CONFLICT. Rows of
 runs the batch itself created cannot conflict with anything (``copy_new``): they go by
-COPY straight into their table, PostgreSQL's fastest way in. Statements are built once
-per process (cached), so psycopg prepares them once. Values are made storable on the
-way: JSON as ``Jsonb``, text cleaned of what PostgreSQL refuses (``runs.events``'
-cleaners).
+COPY straight into their table, PostgreSQL's fastest way in. A table whose every column
+type psycopg can write in binary (the steps, messages, tool calls and snapshots; not
+the runs, whose search column is a ``tsvector``) is copied in PostgreSQL's binary format:
+times, numbers and amounts go as their bytes, not formatted as text by psycopg and parsed
+again by PostgreSQL, and text and JSON are not escaped. Statements and column types are
+read once per process (cached), so psycopg prepares the statements once. Values are made
+storable on the way: JSON encoded by ``_jsonb_bytes``, text cleaned of what PostgreSQL
+refuses (``runs.events``' cleaners).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 import orjson
 from django.db import connection
 from django.db.models import JSONField
+from psycopg import ProgrammingError, postgres
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
 from psycopg.types.json import Jsonb
 
 from runs.events import clean_text, json_safe
@@ -53,11 +63,12 @@ def _jsonb_text_exact(value: Any) -> str:
     return text
 
 
-def _jsonb_text(value: Any) -> str:
-    """``value`` as JSON that ``jsonb`` takes. Callers other than the OTLP mapping and
-    the batch API (which clean or refuse them) may hand over NaN, Infinity, NUL
-    characters or unpaired surrogates (a webhook tool's answer, say): jsonb refuses
-    them, and the whole batch would fail. They are cleaned as the OTLP mapping cleans them
+def _jsonb_bytes(value: Any) -> bytes:
+    """``value`` as JSON that ``jsonb`` takes, UTF-8 encoded (as a binary COPY and
+    psycopg's ``Jsonb`` send it). Callers other than the OTLP mapping and the batch API
+    (which clean or refuse them) may hand over NaN, Infinity, NUL characters or unpaired
+    surrogates (a webhook tool's answer, say): jsonb refuses them, and the whole batch
+    would fail. They are cleaned as the OTLP mapping cleans them
     (``runs.events.json_safe``).
 
     Encoded by orjson (a third of the write's Python was this encoding with ``json``),
@@ -70,10 +81,10 @@ def _jsonb_text(value: Any) -> str:
     try:
         encoded = orjson.dumps(value, option=_ORJSON_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError among them
-        return _jsonb_text_exact(value)
+        return _jsonb_text_exact(value).encode()
     if _needs_recheck(encoded):
-        return _jsonb_text_exact(value)
-    return encoded.decode()
+        return _jsonb_text_exact(value).encode()
+    return encoded
 
 
 def storable(value: Any, is_json_column: bool) -> Any:
@@ -82,7 +93,7 @@ def storable(value: Any, is_json_column: bool) -> Any:
     if value is None:
         return None
     if is_json_column:
-        return Jsonb(value, dumps=_jsonb_text)
+        return Jsonb(value, dumps=_jsonb_bytes)
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, list):  # an array of text
@@ -105,17 +116,50 @@ class Upsert:
     update_fields: tuple[str, ...]
 
 
+class _EncodedJsonb(Dumper):
+    """A jsonb value of a binary COPY from its JSON already encoded (``_jsonb_bytes``):
+    the format's version byte, then the text."""
+
+    format = Format.BINARY
+    oid = postgres.types["jsonb"].oid
+
+    def dump(self, obj: bytes) -> bytes:
+        return b"\x01" + obj
+
+
 @dataclass(frozen=True)
 class UpsertSQL:
     fields: list
     columns: str
     table: str
     on_conflict: str
+    # The type oid of each of ``fields``' columns when psycopg can write them all in
+    # binary (with _EncodedJsonb for jsonb), else None: COPY of this table goes as text.
+    binary_types: list[int] | None
+
+
+def _binary_types(table: str, fields: list) -> list[int] | None:
+    """The columns' types as PostgreSQL has them, if each has a binary dumper."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0",
+            [table],
+        )
+        type_of = dict(cursor.fetchall())
+        adapters = cursor.cursor.adapters
+    types = [type_of[f.column] for f in fields]
+    for oid in set(types) - {_EncodedJsonb.oid}:
+        try:
+            adapters.get_dumper_by_oid(oid, Format.BINARY)
+        except ProgrammingError:  # no dumper in binary (tsvector)
+            return None
+    return types
 
 
 @cache
 def upsert_sql(model, unique_fields: tuple[str, ...], update_fields: tuple[str, ...]) -> UpsertSQL:
-    """The parts of an upsert's SQL that depend only on its model and fields."""
+    """The parts of an upsert's SQL that depend only on its model and fields (the column
+    types read from the database at the first call)."""
     quote, meta = connection.ops.quote_name, model._meta
     fields = [f for f in meta.concrete_fields if not f.primary_key]
     conflict = ", ".join(quote(meta.get_field(name).column) for name in unique_fields)
@@ -127,38 +171,56 @@ def upsert_sql(model, unique_fields: tuple[str, ...], update_fields: tuple[str, 
         columns=", ".join(quote(f.column) for f in fields),
         table=quote(meta.db_table),
         on_conflict=f"ON CONFLICT ({conflict}) " + (f"DO UPDATE SET {updates}" if updates else "DO NOTHING"),
+        binary_types=_binary_types(meta.db_table, fields),
     )
 
 
 def _json_value(value: Any) -> Any:
-    return None if value is None else Jsonb(value, dumps=_jsonb_text)
+    return None if value is None else Jsonb(value, dumps=_jsonb_bytes)
 
 
-def _json_copy_text(value: Any) -> str | None:
-    """A JSON column's value as COPY takes it: its text (PostgreSQL parses it as jsonb),
-    without psycopg's Jsonb wrapper around the same encoding."""
-    return None if value is None else _jsonb_text(value)
+def _json_copy_text(value: Any) -> str:
+    """A JSON column's value for a COPY in text format: its text (PostgreSQL parses it
+    as jsonb), without psycopg's Jsonb wrapper around the same encoding."""
+    return _jsonb_bytes(value).decode()
 
 
 def _text_value(value: Any) -> Any:
     # The common case first: text with nothing PostgreSQL refuses.
     if value.__class__ is str and value.isascii() and "\x00" not in value:
         return value
+    if not isinstance(value, str | list):
+        # A number or the like in a text column: its text, as PostgreSQL would take it
+        # (a binary COPY takes only text for a text column).
+        return str(value)
     return storable(value, False)
+
+
+def _aware(value: datetime) -> datetime:
+    # A naive time is UTC, as PostgreSQL reads it in text (Django's sessions are in UTC);
+    # the binary format takes only aware times for a timestamptz column.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 def _row_writer(sql: UpsertSQL, *, copy: bool = False):
     """A function of a row (a dict by attribute name) to its storable values in the order
-    of ``sql.fields`` (``storable``'s, for ``copy`` with JSON as text); fields a row lacks
-    take their default. Only text and JSON columns are looked at: numbers, times and ids
-    go as they are."""
-    json_value = _json_copy_text if copy else _json_value
+    of ``sql.fields`` (``storable``'s; for ``copy`` JSON as its encoded bytes, or as text
+    for a table copied in text format); fields a row lacks take their default. Only text
+    and JSON columns are looked at, and times for a binary COPY: numbers and ids go as
+    they are."""
+    binary = copy and sql.binary_types is not None
+    if not copy:
+        json_value = _json_value
+    else:
+        json_value = _jsonb_bytes if binary else _json_copy_text
     columns = []
     for f in sql.fields:
         if isinstance(f, JSONField):
             convert = json_value
         elif f.get_internal_type() in ("CharField", "TextField", "SlugField", "ArrayField"):
             convert = _text_value
+        elif binary and f.get_internal_type() == "DateTimeField":
+            convert = _aware
         else:
             convert = None
         columns.append((f.attname, f.get_default(), convert))
@@ -174,6 +236,21 @@ def _row_writer(sql: UpsertSQL, *, copy: bool = False):
     return values_of
 
 
+@contextmanager
+def _copy(cursor, table: str, sql: UpsertSQL) -> Iterator:
+    """A COPY of ``sql``'s columns into ``table`` (its own, or a temporary one like it),
+    in binary format when the table has ``binary_types``."""
+    if sql.binary_types is None:
+        with cursor.copy(f"COPY {table} ({sql.columns}) FROM STDIN") as copy:
+            yield copy
+        return
+    # This cursor's own adapters: jsonb values come encoded already.
+    cursor.adapters.register_dumper(None, _EncodedJsonb)
+    with cursor.copy(f"COPY {table} ({sql.columns}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(sql.binary_types)
+        yield copy
+
+
 def copy_new(upsert: Upsert) -> None:
     """Write rows that cannot exist yet, by COPY straight into their table: those of
     runs this transaction created, which no other transaction sees until it commits (and
@@ -182,7 +259,7 @@ def copy_new(upsert: Upsert) -> None:
         return
     sql = upsert_sql(upsert.model, upsert.unique_fields, upsert.update_fields)
     values_of = _row_writer(sql, copy=True)
-    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {sql.table} ({sql.columns}) FROM STDIN") as copy:
+    with connection.cursor() as cursor, _copy(cursor.cursor, sql.table, sql) as copy:
         for row in upsert.rows:
             copy.write_row(values_of(row))
 
@@ -193,7 +270,7 @@ def copy_upsert(*upserts: Upsert) -> None:
     (about 3x bulk_create's, measured with bench/ingest_otlp.py). A few rows (the
     executor's batches) go as INSERT ... VALUES, those of every table in one statement:
     one round trip instead of one per table, or the four statements of the COPY path.
-    Values go to psycopg as the builders above made them, JSON wrapped as Jsonb; only
+    Values go to psycopg as the builders above made them, JSON encoded; only
     what PostgreSQL would refuse (NUL characters, unpaired surrogates, NaN) is cleaned on
     the way."""
     small, params = [], []
@@ -219,7 +296,7 @@ def copy_upsert(*upserts: Upsert) -> None:
                 f"SELECT {sql.columns} FROM {sql.table} WITH NO DATA"
             )
             cursor.execute(f"TRUNCATE {temp}")
-            with cursor.cursor.copy(f"COPY {temp} ({sql.columns}) FROM STDIN") as copy:
+            with _copy(cursor.cursor, temp, sql) as copy:
                 for row in upsert.rows:
                     copy.write_row(values_of(row))
             cursor.execute(

@@ -1,0 +1,144 @@
+"""The three ways ingest() writes item rows store the same values: a few rows as one
+INSERT, many rows of runs the batch creates by COPY into their tables, many rows of runs
+that exist by COPY into a temporary table and INSERT ... ON CONFLICT. Both COPYs of the
+item tables go in PostgreSQL's binary format (runs.ingest.sql), where every value is
+dumped by its column's type: times (naive ones too), amounts, floats, NULLs, text PostgreSQL refuses
+(NUL, unpaired surrogates) and JSON that jsonb refuses (NaN, big integers) must come out
+as the INSERT stores them."""
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from agentops.scoping import organization_scope
+from runs.events import MemoryEvent, MessageEvent, StepEvent, ToolCallEvent
+from runs.ingest import ingest
+from runs.ingest.sql import SMALL_UPSERT_ROWS
+from runs.models import MemorySnapshot, Message, Step, ToolCall
+
+T0 = datetime(2026, 11, 29, 9, 30, 15, 123456, tzinfo=UTC)
+ODD_TEXT = "tab\there, new\nline, back\\slash, NUL \x00, é, 😀, lone \ud800"
+ODD_JSON = {
+    "nan": float("nan"),
+    "inf": float("-inf"),
+    "big": 2**70,
+    "text": ODD_TEXT,
+    "nested": [{"a": [1, 2.5, None, True]}, "\u2028"],
+    1: "a key that is not text",
+}
+ITEMS = 30  # steps; with their messages, tool calls and snapshots, well above SMALL_UPSERT_ROWS
+
+
+def _events(trace_id: str, index: int) -> dict:
+    span = f"span-{index:02d}"
+    started = T0 + timedelta(milliseconds=index * 7.5)
+    kind = ("llm", "tool", "agent", "memory")[index % 4]
+    step = StepEvent(
+        trace_id=trace_id,
+        span_id=span,
+        parent_span_id="" if index == 0 else "span-00",
+        kind=kind,
+        name=f"{kind} {index} {ODD_TEXT}",
+        started_at=started,
+        ended_at=None if index % 5 == 0 else started + timedelta(microseconds=1_234_567),
+        status=("ok", "error", "unset")[index % 3],
+        error=ODD_TEXT if index % 3 == 1 else "",
+        model="mistral-large-2512" if kind == "llm" else "",
+        provider="mistral" if kind == "llm" else "",
+        input_tokens=index * 1000,
+        output_tokens=index * 17,
+        cached_input_tokens=index,
+        modality_tokens={"input": {"image": index}} if index % 2 else {},
+        reported_cost=Decimal("0.000000001") * index if index % 4 == 0 else None,
+        reported_cost_currency="USD" if index % 4 == 0 else "",
+        input=ODD_JSON if index % 2 else ODD_TEXT,
+        output=None if index % 3 == 0 else {"answer": index, "float": 1 / 3},
+        attributes={"resource": {"service.name": "copy"}, "i": index, "odd": ODD_JSON},
+        events=[{"name": "exception", "time": started.isoformat(), "attributes": {"odd": ODD_TEXT}}],
+    )
+    return {
+        "steps": [step],
+        "messages": [
+            MessageEvent(
+                trace_id=trace_id,
+                message_id=f"{span}:in",
+                position=index,
+                role="user",
+                content=ODD_JSON if index % 2 else ODD_TEXT,
+                span_id=span,
+                tool_calls=[{"id": "c", "arguments": ODD_TEXT}],
+                tokens=None if index % 2 else index,
+            )
+        ],
+        "tool_calls": [
+            ToolCallEvent(
+                trace_id=trace_id,
+                call_id=f"call-{index}",
+                tool_name=f"tool {ODD_TEXT}",
+                span_id=span,
+                arguments=ODD_JSON,
+                result=None if index % 2 else ODD_TEXT,
+                error=ODD_TEXT,
+                latency_ms=None if index % 3 == 0 else index * 0.1,
+                started_at=started,
+            )
+        ],
+        "snapshots": [
+            MemoryEvent(
+                trace_id=trace_id,
+                snapshot_id=f"snap-{index}",
+                sequence=index,
+                state=ODD_JSON,
+                span_id=span,
+                taken_at=started.replace(tzinfo=None) if index % 2 else started,  # naive: UTC
+            )
+        ],
+    }
+
+
+def _batch(trace_id: str, indexes) -> dict:
+    batch: dict = {"steps": [], "messages": [], "tool_calls": [], "snapshots": []}
+    for index in indexes:
+        for name, events in _events(trace_id, index).items():
+            batch[name] += events
+    return batch
+
+
+def _stored(trace_id: str) -> dict:
+    """Every stored value of the run's items but ids, links and write times, by key."""
+    tables = {
+        Step: "span_id",
+        Message: "message_id",
+        ToolCall: "call_id",
+        MemorySnapshot: "snapshot_id",
+    }
+    stored = {}
+    for model, key in tables.items():
+        fields = [
+            f.attname
+            for f in model._meta.concrete_fields
+            if f.attname not in ("id", "run_id", "step_id", "price_id", "created_at")
+        ]
+        stored[model.__name__] = list(model.objects.filter(run__trace_id=trace_id).order_by(key).values(*fields))
+    return stored
+
+
+def test_copy_into_new_runs_into_existing_runs_and_insert_store_the_same_values(tenant):
+    project = tenant.project
+    assert ITEMS > SMALL_UPSERT_ROWS
+    with organization_scope(project.organization):
+        # A run the batch creates: COPY straight into the tables.
+        ingest(project=project, announce=False, **_batch("copied-new", range(ITEMS)))
+        # A run that exists: its first item by INSERT, then COPY into a temporary table.
+        ingest(project=project, announce=False, **_batch("copied-existing", [0]))
+        ingest(project=project, announce=False, **_batch("copied-existing", range(ITEMS)))
+        # Small batches: every row by INSERT ... VALUES.
+        for first in range(0, ITEMS, 3):
+            ingest(project=project, announce=False, **_batch("inserted", range(first, min(first + 3, ITEMS))))
+        inserted = _stored("inserted")
+        assert [len(rows) for rows in inserted.values()] == [ITEMS] * 4
+        assert inserted["Step"][1]["name"].startswith("tool 1 tab\there")  # text as sent, cleaned
+        assert _stored("copied-new") == inserted
+        assert _stored("copied-existing") == inserted
+        # The steps link to their items whichever way they came.
+        for trace_id in ("copied-new", "copied-existing", "inserted"):
+            assert not Message.objects.filter(run__trace_id=trace_id, step__isnull=True).exists()

@@ -1,0 +1,69 @@
+"""Ingest's statements stay on their indexes in a new installation too: before
+autovacuum first analyses a table (its first minute), PostgreSQL plans without
+statistics, and a statement that can take a wrong index then reads all of a project's
+runs on every batch, a cost that grows with the table."""
+
+import json
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agentops.scoping import organization_scope
+from runs.events import RunEvent, StepEvent
+from runs.ingest import ingest
+from runs.models import Run
+
+ROOT_RUNS = 2_000
+
+
+def _without_statistics(table: str) -> None:
+    """The table as a new installation has it: never analysed. Undone with the test's
+    transaction. Needs a superuser (the embedded PostgreSQL's user is one)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        if not cursor.fetchone()[0]:
+            pytest.skip("clearing a table's statistics needs a PostgreSQL superuser")
+        cursor.execute("DELETE FROM pg_statistic WHERE starelid = %s::regclass", [table])
+        cursor.execute("UPDATE pg_class SET reltuples = -1, relpages = 0 WHERE oid = %s::regclass", [table])
+
+
+def _scans(plan: dict):
+    """Every scan node of an EXPLAIN (FORMAT JSON) plan."""
+    if "Scan" in plan["Node Type"]:
+        yield plan
+    for child in plan.get("Plans", []):
+        yield from _scans(child)
+
+
+def test_locking_a_batchs_runs_finds_the_runs_waiting_for_a_parent_in_their_index_without_statistics(tenant):
+    project = tenant.project
+    with organization_scope(project.organization):
+        Run.objects.bulk_create(
+            (Run(organization=project.organization, project=project, trace_id=f"root-{i}") for i in range(ROOT_RUNS)),
+            batch_size=500,
+        )
+        ingest(project=project, runs=[RunEvent(trace_id="child", fields={"parent_trace_id": "parent"})], announce=False)
+        _without_statistics("runs_run")
+        with CaptureQueriesContext(connection) as queries:
+            ingest(
+                project=project,
+                steps=[StepEvent(trace_id=trace_id, span_id="root") for trace_id in ("parent", "root-7", "new")],
+                announce=False,
+            )
+        # The sub-agent run waiting for "parent" was found and linked.
+        assert Run.objects.get(trace_id="child").parent_run == Run.objects.get(trace_id="parent")
+    lock = next(q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"])
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {lock}")
+        plan = cursor.fetchone()[0]
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+    waiting_lookup = [
+        scan
+        for scan in _scans(plan[0]["Plan"])
+        if "parent_trace_id" in scan.get("Index Cond", "") + scan.get("Filter", "")
+    ]
+    # The runs waiting for a parent are looked up in their own index, which holds them
+    # only: not by reading the project's 2,000 root runs.
+    assert [scan.get("Index Name") for scan in waiting_lookup] == ["run_waiting_for_parent"]
+    assert waiting_lookup[0]["Actual Rows"] + waiting_lookup[0].get("Rows Removed by Filter", 0) <= 1
