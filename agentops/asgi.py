@@ -29,6 +29,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from agentops.heap import settle_heap  # noqa: E402
+from agentops.rebalance import CloseWhenBusy  # noqa: E402
 from agentops.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -80,6 +81,8 @@ class MountedApps:
 
 
 http_application = MountedApps(django_asgi_app)
+if settings.WEB_PROCESSES > 1:
+    http_application = CloseWhenBusy(http_application)
 
 application = ProtocolTypeRouter(
     {

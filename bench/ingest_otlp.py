@@ -192,6 +192,35 @@ class RssSampler(threading.Thread):
             time.sleep(0.05)
 
 
+def per_process_cpu(web) -> dict[int, float]:
+    """CPU seconds of each web process (the server's children: one per worker)."""
+    import psutil
+
+    seconds = {}
+    for process in web.children():
+        try:
+            times = process.cpu_times()
+        except psutil.Error:  # noqa: S112 - gone
+            continue
+        seconds[process.pid] = times.user + times.system
+    return seconds
+
+
+def connections_per_process(web, port: int) -> list[int]:
+    """How many client connections each web process holds (a connection stays with the
+    process that accepted it while the client keeps it alive)."""
+    import psutil
+
+    counts = []
+    for process in web.children():
+        try:
+            held = process.net_connections(kind="tcp")
+        except psutil.Error:  # noqa: S112 - gone
+            continue
+        counts.append(sum(1 for c in held if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port))
+    return sorted(counts, reverse=True)
+
+
 def postgres_processes(data_dir: str):
     """The embedded PostgreSQL's postmaster and its children (the backends)."""
     import psutil
@@ -295,7 +324,7 @@ def main() -> None:
         server = subprocess.Popen(
             web_command(sys.executable, "127.0.0.1", str(port), workers),
             cwd=ROOT,
-            env=env,
+            env={**env, "WEB_PROCESSES": str(workers)},  # as serve sets it
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -325,8 +354,11 @@ def main() -> None:
             sampler = RssSampler(web)
             sampler.start()
             web_cpu, pg_cpu = cpu_seconds(tree(web)), cpu_seconds(postgres)
+            each_web_cpu = per_process_cpu(web)
             started = time.perf_counter()
             go.set()
+            time.sleep(1.0)
+            held = connections_per_process(web, port)
             outcomes = [results.get() for _ in clients]
             for process in clients:
                 process.join()
@@ -335,6 +367,9 @@ def main() -> None:
             client_cpu = sum(o[2] for o in outcomes)
             answered = time.perf_counter() - started
             web_cpu, pg_cpu = cpu_seconds(tree(web)) - web_cpu, cpu_seconds(postgres_processes(data_dir)) - pg_cpu
+            each_web_cpu = sorted(
+                (seconds - each_web_cpu.get(pid, 0.0) for pid, seconds in per_process_cpu(web).items()), reverse=True
+            )
             expected_runs = per_client * args.clients
             headers = {"Authorization": f"Bearer {key}"}
             while True:
@@ -380,6 +415,11 @@ def main() -> None:
     print(
         f"web RSS peak: {sampler.peak / 2**20:.0f} MB per process ({verdict} {RSS_LIMIT_MB} MB), "
         f"{sampler.peak_total / 2**20:.0f} MB for all {workers + (workers > 1)} web processes"
+    )
+    print(
+        "each web process over the HTTP run: "
+        + ", ".join(f"{seconds:.1f} s" for seconds in each_web_cpu)
+        + f" of CPU in {answered:.1f} s; client connections held 1 s in: {', '.join(map(str, held)) or 'none seen'}"
     )
     per_span = 1e6 / accepted
     cores = available_cores()

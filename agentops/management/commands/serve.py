@@ -95,6 +95,8 @@ class Command(BaseCommand):
             self.stdout.write(format_credentials(credentials))
         # The children's settings read where the platform is served (JOBS_CALLBACK_URL's default).
         os.environ["HOST"], os.environ["PORT"] = host, str(port)
+        # Above 1, a busy web process moves keep-alive connections to the others (agentops.rebalance).
+        os.environ["WEB_PROCESSES"] = str(max(1, web_workers))
         python = sys.executable
         commands = {
             "web": web_command(python, host, port, max(1, web_workers)),
