@@ -108,12 +108,12 @@ HTTP_FETCH_ALLOWED_HOSTS = env_list("HTTP_FETCH_ALLOWED_HOSTS")
 # retrying 429/5xx/connection errors (exponential backoff, honouring Retry-After).
 LLM_CALL_TIMEOUT_SECONDS = env_int("LLM_CALL_TIMEOUT_SECONDS", 120)
 LLM_RETRY_MAX_SECONDS = env_int("LLM_RETRY_MAX_SECONDS", 60)
-# An executed run whose worker has not beaten for this long lost its worker: the recovery
-# task hands it to another. Workers beat after every step and while a model streams, so
-# keep it above LLM_CALL_TIMEOUT_SECONDS.
 # Web processes serving this installation's port (``serve`` sets it for its children):
 # above 1, a busy process closes keep-alive connections so they move (agentops.rebalance).
 WEB_PROCESSES = env_int("WEB_PROCESSES", 1)
+# An executed run whose worker has not beaten for this long lost its worker: the recovery
+# task hands it to another. Workers beat after every step and while a model streams, so
+# keep it above LLM_CALL_TIMEOUT_SECONDS.
 RUN_STALL_SECONDS = env_int("RUN_STALL_SECONDS", 300)
 # A run whose worker stopped (killed, crashed) during this many attempts fails instead of
 # being resumed again: each attempt may be a paid model call.

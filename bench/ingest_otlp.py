@@ -194,16 +194,7 @@ class RssSampler(threading.Thread):
 
 def per_process_cpu(web) -> dict[int, float]:
     """CPU seconds of each web process (the server's children: one per worker)."""
-    import psutil
-
-    seconds = {}
-    for process in web.children():
-        try:
-            times = process.cpu_times()
-        except psutil.Error:  # noqa: S112 - gone
-            continue
-        seconds[process.pid] = times.user + times.system
-    return seconds
+    return {process.pid: cpu_seconds([process]) for process in web.children()}
 
 
 def connections_per_process(web, port: int) -> list[int]:
@@ -307,7 +298,7 @@ def main() -> None:
         from django.core.management import call_command
         from django.db import connections
 
-        from agentops.management.commands.serve import available_cores, web_command
+        from agentops.management.commands.serve import available_cores, web_command, web_environment
         from agentops.models import Project
         from agentops.scoping import dangerously_unscoped
 
@@ -324,7 +315,7 @@ def main() -> None:
         server = subprocess.Popen(
             web_command(sys.executable, "127.0.0.1", str(port), workers),
             cwd=ROOT,
-            env={**env, "WEB_PROCESSES": str(workers)},  # as serve sets it
+            env={**env, **web_environment(workers)},
             stdout=log,
             stderr=subprocess.STDOUT,
         )

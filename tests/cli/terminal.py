@@ -2,8 +2,8 @@
 standard library: ``pty``, ``os``): the program runs as the session leader of a new
 terminal, so ^C typed in it is SIGINT from the terminal's line discipline, as when a
 person presses Ctrl-C; it starts with the signal dispositions a shell's foreground job
-has, whatever the test run inherited. ``expect`` waits for text in what it printed (a hang guard, not
-a speed check)."""
+has, whatever the test run inherited. ``expect`` waits for text in what it printed (a
+hang guard, not a speed check)."""
 
 from __future__ import annotations
 

@@ -26,6 +26,12 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def web_environment(workers: int) -> dict[str, str]:
+    """What the web processes read about their number: above 1, a busy one moves
+    keep-alive connections to the others (agentops.rebalance)."""
+    return {"WEB_PROCESSES": str(workers)}
+
+
 def web_command(python: str, host: str, port: str, workers: int) -> list[str]:
     """The web server as ``serve`` starts it (bench/ingest_otlp.py starts the same): uvicorn
     with one process per core by default, since a request's Python work holds its process
@@ -95,11 +101,11 @@ class Command(BaseCommand):
             self.stdout.write(format_credentials(credentials))
         # The children's settings read where the platform is served (JOBS_CALLBACK_URL's default).
         os.environ["HOST"], os.environ["PORT"] = host, str(port)
-        # Above 1, a busy web process moves keep-alive connections to the others (agentops.rebalance).
-        os.environ["WEB_PROCESSES"] = str(max(1, web_workers))
+        web_workers = max(1, web_workers)
+        os.environ.update(web_environment(web_workers))
         python = sys.executable
         commands = {
-            "web": web_command(python, host, port, max(1, web_workers)),
+            "web": web_command(python, host, port, web_workers),
             "worker": [
                 python,
                 "-m",
