@@ -13,7 +13,6 @@ input and output, and what it tells about its run. Its messages are ``messages``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from runs.events import clean_reported_cost
@@ -251,14 +250,18 @@ def _payload_with_system(messages: Any, instructions: Any) -> Any:
     return [system] if messages is None else messages
 
 
-def span_payloads(attributes: dict, kind: str, inputs: list[dict], outputs: list[dict]) -> tuple[Any, Any]:
+def span_payloads(
+    attributes: dict, kind: str, inputs: list[dict], outputs: list[dict], parsed_messages: dict[str, Any]
+) -> tuple[Any, Any]:
     """(input, output) of a step: Langfuse's observation input/output, the GenAI
-    messages, OpenInference's messages, the tool call's arguments/result, then
-    ``input.value`` / ``output.value``."""
+    messages (``parsed_messages``: those the span has, parsed, by attribute),
+    OpenInference's messages, the tool call's arguments/result, then ``input.value`` /
+    ``output.value``."""
     input_payload = _payload(
         attributes,
         kind,
         inputs,
+        parsed_messages,
         langfuse_key="langfuse.observation.input",
         messages_key="gen_ai.input.messages",
         tool_key="gen_ai.tool.call.arguments",
@@ -269,6 +272,7 @@ def span_payloads(attributes: dict, kind: str, inputs: list[dict], outputs: list
         attributes,
         kind,
         outputs,
+        parsed_messages,
         langfuse_key="langfuse.observation.output",
         messages_key="gen_ai.output.messages",
         tool_key="gen_ai.tool.call.result",
@@ -281,6 +285,7 @@ def _payload(
     attributes: dict,
     kind: str,
     messages: list[dict],
+    parsed_messages: dict[str, Any],
     *,
     langfuse_key: str,
     messages_key: str,
@@ -292,8 +297,8 @@ def _payload(
     the order ``span_payloads`` gives; the GenAI input messages carry the system
     instructions, the output ones none."""
     payload = parse_json_text(attributes.get(langfuse_key), any_json=True)
-    if payload is None and messages_key in attributes:
-        payload = parse_json_text(attributes[messages_key])
+    if payload is None and messages_key in parsed_messages:
+        payload = parsed_messages[messages_key]
         if system_instructions is not None:
             payload = _payload_with_system(payload, system_instructions)
     if payload is None and kind == LLM and messages:
@@ -303,12 +308,6 @@ def _payload(
     if payload is None:
         payload = _mime_value(attributes, mime_prefix)
     return payload
-
-
-def _lookup_text(attributes: dict, resource: dict, keys: Iterable[str], max_length: int) -> str:
-    """The first of ``keys`` in the span's attributes, then in its resource's."""
-    keys = tuple(keys)
-    return first_text(attributes, keys, max_length) or first_text(resource, keys, max_length)
 
 
 def _tags(raw: Any) -> list[str]:
@@ -361,31 +360,40 @@ _HINT_KEYS = frozenset(
 )
 
 
-def run_hints(attributes: dict, resource: dict, *, is_root: bool) -> dict[str, Any]:
-    """What a span tells about its run (session, user, agent, environment, Langfuse
-    trace fields); ingest fills the run's empty fields with them. Only non-empty hints
-    are returned: an empty one would hide the root span's name."""
+def resource_hints(resource: dict) -> dict[str, str]:
+    """What a resource (the process that sent the spans) tells about their runs, read once
+    per resource: the session, user, environment and release its attributes name, and its
+    service as the agent's name (the root span's run only). Empty when not stated."""
     service = text_value(resource.get("service.name"), 200)
     if service.startswith("unknown_service"):
         service = ""  # the SDK's placeholder when the application set no name
+    return {
+        "session_id": first_text(resource, SESSION_KEYS, 200),
+        "end_user_id": first_text(resource, END_USER_KEYS, 200),
+        "agent_name": service,
+        "environment": first_text(resource, ENVIRONMENT_KEYS, 100),
+        "release": first_text(resource, RELEASE_KEYS, 100),
+    }
+
+
+def run_hints(attributes: dict, from_resource: dict[str, str], *, is_root: bool) -> dict[str, Any]:
+    """What a span tells about its run (session, user, agent, environment, Langfuse
+    trace fields), its attributes first, then its resource's (``from_resource``:
+    ``resource_hints``'); ingest fills the run's empty fields with them. Only non-empty
+    hints are returned: an empty one would hide the root span's name."""
+    service = from_resource["agent_name"] if is_root else ""
     metadata_prefix = LANGFUSE_TRACE_METADATA + "."
     if _HINT_KEYS.isdisjoint(attributes) and not any(key.startswith(metadata_prefix) for key in attributes):
-        # Most spans carry none: only their resource hints (as below, read from it alone).
-        hints: dict[str, Any] = {
-            "session_id": first_text(resource, SESSION_KEYS, 200),
-            "end_user_id": first_text(resource, END_USER_KEYS, 200),
-            "agent_name": service if is_root else "",
-            "environment": first_text(resource, ENVIRONMENT_KEYS, 100),
-            "release": first_text(resource, RELEASE_KEYS, 100),
-        }
+        # Most spans carry none: only their resource's hints.
+        hints: dict[str, Any] = {**from_resource, "agent_name": service}
         return {name: value for name, value in hints.items() if value}
     hints = {
-        "session_id": _lookup_text(attributes, resource, SESSION_KEYS, 200),
-        "end_user_id": _lookup_text(attributes, resource, END_USER_KEYS, 200),
-        "agent_name": first_text(attributes, AGENT_NAME_KEYS, 200) or (service if is_root else ""),
+        "session_id": first_text(attributes, SESSION_KEYS, 200) or from_resource["session_id"],
+        "end_user_id": first_text(attributes, END_USER_KEYS, 200) or from_resource["end_user_id"],
+        "agent_name": first_text(attributes, AGENT_NAME_KEYS, 200) or service,
         "agent_version": first_text(attributes, AGENT_VERSION_KEYS, 100),
-        "environment": _lookup_text(attributes, resource, ENVIRONMENT_KEYS, 100),
-        "release": _lookup_text(attributes, resource, RELEASE_KEYS, 100),
+        "environment": first_text(attributes, ENVIRONMENT_KEYS, 100) or from_resource["environment"],
+        "release": first_text(attributes, RELEASE_KEYS, 100) or from_resource["release"],
         "name": first_text(attributes, (TRACE_NAME_KEY,), 500),
         "tags": _tags(attributes.get(TRACE_TAGS_KEY)),
         "metadata": _trace_metadata(attributes),

@@ -14,6 +14,8 @@ from typing import Any
 from runs.events import MessageEvent
 from runs.otlp.attributes import content_text, parse_json_text, text_value
 
+INPUT_MESSAGES, OUTPUT_MESSAGES = "gen_ai.input.messages", "gen_ai.output.messages"
+GENAI_MESSAGE_KEYS = (INPUT_MESSAGES, OUTPUT_MESSAGES)
 _OPENINFERENCE_MESSAGE = re.compile(r"llm\.(input|output)_messages\.(\d{1,6})\.message\.(.+)")
 _OPENINFERENCE_TOOL_CALL = re.compile(r"tool_calls\.(\d{1,6})\.tool_call\.(id|function\.name|function\.arguments)")
 _OPENINFERENCE_CONTENT = re.compile(r"contents\.(\d{1,6})\.message_content\.(type|text|image\.image\.url)")
@@ -141,14 +143,21 @@ def openinference_messages(attributes: dict, direction: str) -> list[dict]:
     return messages
 
 
-def span_messages(attributes: dict) -> tuple[list[dict], list[dict]]:
+def genai_messages(attributes: dict) -> dict[str, Any]:
+    """The GenAI message attributes (``GENAI_MESSAGE_KEYS``) the span has, parsed: read
+    once for the transcript (``span_messages``) and the step's input and output."""
+    return {key: parse_json_text(attributes[key]) for key in GENAI_MESSAGE_KEYS if key in attributes}
+
+
+def span_messages(attributes: dict, parsed: dict[str, Any]) -> tuple[list[dict], list[dict]]:
     """(input messages, output messages) of a model call, from the first vocabulary
-    that has them: GenAI (system instructions first), OpenInference, Langfuse."""
-    inputs = message_list(parse_json_text(attributes.get("gen_ai.input.messages")), "user")
+    that has them: GenAI (system instructions first; ``parsed`` is ``genai_messages``'),
+    OpenInference, Langfuse."""
+    inputs = message_list(parsed.get(INPUT_MESSAGES), "user")
     system = system_message(attributes.get("gen_ai.system_instructions"))
     if system is not None:
         inputs = [system, *inputs]
-    outputs = message_list(parse_json_text(attributes.get("gen_ai.output.messages")), "assistant")
+    outputs = message_list(parsed.get(OUTPUT_MESSAGES), "assistant")
     if not inputs:
         inputs = openinference_messages(attributes, "input")
     if not outputs:

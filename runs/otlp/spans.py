@@ -31,15 +31,18 @@ from runs.otlp.conventions import (
     OPERATION_DETAILS_EVENT,
     PROVIDER_KEYS,
     reported_cost,
+    resource_hints,
     run_hints,
     span_kind,
     span_payloads,
     usage,
 )
-from runs.otlp.messages import message_event, span_messages
+from runs.otlp.messages import genai_messages, message_event, span_messages
 from runs.otlp.partial_success import UNREADABLE, InvalidItem, MappedBatch
 
 # Plain strings: an enum member looked up on its class costs a descriptor call, per span.
+# (And ``span.events`` is iterated only when it has events: upb's repeated fields iterate
+# by index until an IndexError, whose message is formatted even for an empty list.)
 ERROR, OK, UNSET = Step.Status.ERROR.value, Step.Status.OK.value, Step.Status.UNSET.value
 TOOL, MEMORY = Step.Kind.TOOL.value, Step.Kind.MEMORY.value
 
@@ -70,7 +73,7 @@ def span_status(span: Span, attributes: dict) -> tuple[str, str]:
         message = text_value(attributes.get("langfuse.observation.status_message"), 100_000)
         if message:
             errors.append(message)
-    for event in span.events:
+    for event in span.events if span.events else ():
         if event.name != "exception":
             continue
         details = attributes_dict(event.attributes)
@@ -88,6 +91,8 @@ def span_status(span: Span, attributes: dict) -> tuple[str, str]:
 
 
 def span_events(span: Span) -> list[dict]:
+    if not span.events:
+        return []
     return [
         {
             "name": clean_text(event.name),
@@ -102,14 +107,15 @@ def operation_details(span: Span) -> dict:
     """The attributes of the span's ``gen_ai.client.inference.operation.details`` events
     (the last wins), where instrumentations may put the call's usage and cost."""
     merged: dict = {}
-    for event in span.events:
+    for event in span.events if span.events else ():
         if event.name == OPERATION_DETAILS_EVENT:
             merged.update(attributes_dict(event.attributes))
     return merged
 
 
-def map_span(span: Span, resource: dict) -> SpanEvents:
-    """The events of one span; InvalidItem when its ids are not valid."""
+def map_span(span: Span, resource: dict, from_resource: dict[str, str]) -> SpanEvents:
+    """The events of one span (``resource``: its resource's attributes, ``from_resource``
+    their ``resource_hints``); InvalidItem when its ids are not valid."""
     trace_id = hex_id(span.trace_id, 16, "trace id")
     span_id = hex_id(span.span_id, 8, "span id")
     # An all-zero parent is how some SDKs say "no parent".
@@ -129,8 +135,9 @@ def map_span(span: Span, resource: dict) -> SpanEvents:
     measured = {**details, **attributes} if details else attributes
     counts = usage(measured)
     cost = reported_cost(measured)
-    inputs, outputs = span_messages(attributes) if kind == LLM else ([], [])
-    input_payload, output_payload = span_payloads(attributes, kind, inputs, outputs)
+    parsed_messages = genai_messages(attributes)
+    inputs, outputs = span_messages(attributes, parsed_messages) if kind == LLM else ([], [])
+    input_payload, output_payload = span_payloads(attributes, kind, inputs, outputs, parsed_messages)
     name = text_value(span.name, 500)
 
     step = StepEvent(
@@ -151,7 +158,7 @@ def map_span(span: Span, resource: dict) -> SpanEvents:
         output=output_payload,
         attributes={**attributes, "resource": resource},
         events=span_events(span),
-        run_hints=run_hints(attributes, resource, is_root=not parent_span_id),
+        run_hints=run_hints(attributes, from_resource, is_root=not parent_span_id),
     )
     result = SpanEvents(step=step)
 
@@ -230,12 +237,13 @@ def map_traces(request: ExportTraceServiceRequest) -> MappedBatch:
     for resource_spans in request.resource_spans:
         with noting() as resource_notes:
             resource = attributes_dict(resource_spans.resource.attributes)
+            from_resource = resource_hints(resource)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 batch.received += 1
                 try:
                     with noting() as notes:
-                        events = map_span(span, resource)
+                        events = map_span(span, resource, from_resource)
                 except UNREADABLE as exc:  # InvalidItem among them
                     batch.reject_item(f"span {span.span_id.hex() or '(no id)'}", exc)
                     continue
