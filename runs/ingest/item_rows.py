@@ -56,6 +56,20 @@ def _characters(value: Any) -> int:
     return len(json.dumps(value, default=str))
 
 
+def _not_negative(count: int) -> int:
+    return count if count > 0 else 0  # not max(): its keyword parsing costs more, per step
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _redaction(redactor: Redactor):
+    """``redactor.apply``, or for a project without rules a function that returns its
+    value (the common case: five fields a step, without the redactor's checks)."""
+    return redactor.apply if redactor.active else _as_is
+
+
 def duration_ms(started: datetime | None, ended: datetime | None) -> float | None:
     if started and ended:
         return max((ended - started).total_seconds() * 1000, 0.0)
@@ -63,6 +77,7 @@ def duration_ms(started: datetime | None, ended: datetime | None) -> float | Non
 
 
 def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    redact = _redaction(redactor)
     rows = []
     for event in events:
         cost, unpriced, price_id = None, False, None
@@ -94,61 +109,62 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
             )
             cost, price_id = computed.amount, computed.price_id
         rows.append(
-            dict(
-                organization_id=project.organization_id,
-                project_id=project.pk,
-                run_id=run_by_trace[event.trace_id].pk,
-                span_id=event.span_id,
-                parent_span_id=event.parent_span_id or "",
-                kind=event.kind,
-                name=event.name[:500],
-                started_at=event.started_at,
-                ended_at=event.ended_at,
-                duration_ms=duration_ms(event.started_at, event.ended_at),
-                status=event.status,
-                error=redactor.apply(event.error) or "",
-                model=event.model[:200],
-                provider=event.provider[:100],
-                input_tokens=max(event.input_tokens, 0),
-                cached_input_tokens=max(event.cached_input_tokens, 0),
-                output_tokens=max(event.output_tokens, 0),
-                cache_write_input_tokens=max(event.cache_write_input_tokens, 0),
-                reasoning_output_tokens=max(event.reasoning_output_tokens, 0),
-                modality_tokens=event.modality_tokens or {},
-                cost=cost,
-                reported_cost=event.reported_cost,
-                reported_cost_currency=event.reported_cost_currency[:3],
-                reported_cost_source=event.reported_cost_source[:16],
-                unpriced=bool(unpriced),
-                price_id=price_id,
-                input=redactor.apply(event.input),
-                output=redactor.apply(event.output),
-                attributes=redactor.apply(event.attributes) or {},
-                events=redactor.apply(event.events) or [],
-                created_at=now,
-            )
+            {
+                "organization_id": project.organization_id,
+                "project_id": project.pk,
+                "run_id": run_by_trace[event.trace_id].pk,
+                "span_id": event.span_id,
+                "parent_span_id": event.parent_span_id or "",
+                "kind": event.kind,
+                "name": event.name[:500],
+                "started_at": event.started_at,
+                "ended_at": event.ended_at,
+                "duration_ms": duration_ms(event.started_at, event.ended_at),
+                "status": event.status,
+                "error": redact(event.error) or "",
+                "model": event.model[:200],
+                "provider": event.provider[:100],
+                "input_tokens": _not_negative(event.input_tokens),
+                "cached_input_tokens": _not_negative(event.cached_input_tokens),
+                "output_tokens": _not_negative(event.output_tokens),
+                "cache_write_input_tokens": _not_negative(event.cache_write_input_tokens),
+                "reasoning_output_tokens": _not_negative(event.reasoning_output_tokens),
+                "modality_tokens": event.modality_tokens or {},
+                "cost": cost,
+                "reported_cost": event.reported_cost,
+                "reported_cost_currency": event.reported_cost_currency[:3],
+                "reported_cost_source": event.reported_cost_source[:16],
+                "unpriced": bool(unpriced),
+                "price_id": price_id,
+                "input": redact(event.input),
+                "output": redact(event.output),
+                "attributes": redact(event.attributes) or {},
+                "events": redact(event.events) or [],
+                "created_at": now,
+            }
         )
     return Upsert(Step, rows, unique_fields=("run", "span_id"), update_fields=STEP_FIELDS)
 
 
 def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    redact = _redaction(redactor)
     rows = [
-        dict(
-            organization_id=project.organization_id,
-            project_id=project.pk,
-            run_id=run_by_trace[e.trace_id].pk,
-            span_id=e.span_id,
-            message_id=e.message_id,
-            position=e.position,
-            role=e.role[:32],
-            content=redactor.apply(e.content),
-            tool_calls=redactor.apply(e.tool_calls) or [],
-            tool_call_id=e.tool_call_id[:200],
-            name=e.name[:200],
-            tokens=e.tokens,
-            finish_reason=e.finish_reason[:64],
-            created_at=now,
-        )
+        {
+            "organization_id": project.organization_id,
+            "project_id": project.pk,
+            "run_id": run_by_trace[e.trace_id].pk,
+            "span_id": e.span_id,
+            "message_id": e.message_id,
+            "position": e.position,
+            "role": e.role[:32],
+            "content": redact(e.content),
+            "tool_calls": redact(e.tool_calls) or [],
+            "tool_call_id": e.tool_call_id[:200],
+            "name": e.name[:200],
+            "tokens": e.tokens,
+            "finish_reason": e.finish_reason[:64],
+            "created_at": now,
+        }
         for e in events
     ]
     return Upsert(
@@ -170,21 +186,22 @@ def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> U
 
 
 def tool_calls_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    redact = _redaction(redactor)
     rows = [
-        dict(
-            organization_id=project.organization_id,
-            project_id=project.pk,
-            run_id=run_by_trace[e.trace_id].pk,
-            span_id=e.span_id,
-            call_id=e.call_id,
-            tool_name=e.tool_name[:200],
-            arguments=redactor.apply(e.arguments),
-            result=redactor.apply(e.result),
-            error=redactor.apply(e.error) or "",
-            latency_ms=e.latency_ms,
-            started_at=e.started_at,
-            created_at=now,
-        )
+        {
+            "organization_id": project.organization_id,
+            "project_id": project.pk,
+            "run_id": run_by_trace[e.trace_id].pk,
+            "span_id": e.span_id,
+            "call_id": e.call_id,
+            "tool_name": e.tool_name[:200],
+            "arguments": redact(e.arguments),
+            "result": redact(e.result),
+            "error": redact(e.error) or "",
+            "latency_ms": e.latency_ms,
+            "started_at": e.started_at,
+            "created_at": now,
+        }
         for e in events
     ]
     return Upsert(
@@ -196,18 +213,19 @@ def tool_calls_upsert(project, run_by_trace, events, redactor: Redactor, now) ->
 
 
 def snapshots_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    redact = _redaction(redactor)
     rows = [
-        dict(
-            organization_id=project.organization_id,
-            project_id=project.pk,
-            run_id=run_by_trace[e.trace_id].pk,
-            span_id=e.span_id,
-            snapshot_id=e.snapshot_id,
-            sequence=e.sequence,
-            state=redactor.apply(e.state),
-            taken_at=e.taken_at,
-            created_at=now,
-        )
+        {
+            "organization_id": project.organization_id,
+            "project_id": project.pk,
+            "run_id": run_by_trace[e.trace_id].pk,
+            "span_id": e.span_id,
+            "snapshot_id": e.snapshot_id,
+            "sequence": e.sequence,
+            "state": redact(e.state),
+            "taken_at": e.taken_at,
+            "created_at": now,
+        }
         for e in events
     ]
     return Upsert(
