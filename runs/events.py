@@ -18,8 +18,6 @@ outside, they clean silently (the write path's last line of defence).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -140,16 +138,19 @@ _notes: ContextVar[set[str] | None] = ContextVar("storable_notes", default=None)
 TEXT_CUT = "text longer than its field cut"
 
 
-@contextmanager
-def noting() -> Iterator[set[str]]:
+class noting:  # noqa: N801 - used as a function: ``with noting() as notes``
     """Collect, while one item (a span, a log record) is cleaned, how its values were
-    changed."""
-    notes: set[str] = set()
-    token = _notes.set(notes)
-    try:
-        yield notes
-    finally:
-        _notes.reset(token)
+    changed. (A class, not a ``contextmanager`` generator: it is entered once per span.)"""
+
+    __slots__ = ("notes", "token")
+
+    def __enter__(self) -> set[str]:
+        self.notes: set[str] = set()
+        self.token = _notes.set(self.notes)
+        return self.notes
+
+    def __exit__(self, *exc_info) -> None:
+        _notes.reset(self.token)
 
 
 def note(what: str) -> None:

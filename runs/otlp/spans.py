@@ -247,7 +247,8 @@ def map_traces(request: ExportTraceServiceRequest) -> MappedBatch:
                 except UNREADABLE as exc:  # InvalidItem among them
                     batch.reject_item(f"span {span.span_id.hex() or '(no id)'}", exc)
                     continue
-                batch.change(f"span {span.span_id.hex()}", notes | resource_notes)
+                if notes or resource_notes:
+                    batch.change(f"span {span.span_id.hex()}", notes | resource_notes)
                 batch.steps.append(events.step)
                 batch.messages.extend(events.messages)
                 batch.tool_calls.extend(events.tool_calls)
