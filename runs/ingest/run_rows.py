@@ -18,7 +18,7 @@ from django.db.models import JSONField
 from psycopg.sql import Literal
 
 from runs.events import RUN_FIELDS, RUN_HINT_FIELDS
-from runs.ingest.sql import Upsert, copy_upsert, storable
+from runs.ingest.sql import Upsert, copy_upsert, records_parameter, storable
 from runs.models import Run
 from runs.services.redaction import Redactor
 
@@ -78,27 +78,30 @@ MERGED_RUN_FIELDS = (*RUN_FIELDS, "explicit_fields", "status_explicit")
 
 
 @cache
+def _json_run_fields() -> frozenset[str]:
+    return frozenset(name for name in MERGED_RUN_FIELDS if isinstance(Run._meta.get_field(name), JSONField))
+
+
+@cache
 def _insert_runs_sql() -> str:
-    """INSERT of new runs, one per trace id of ``%(trace_ids)s`` (in that order), returning
-    them: the fields the events set (``MERGED_RUN_FIELDS``) from parallel arrays of
-    ``%(<field>)s`` (arrays as jsonb), the others their defaults written into it as
-    constants (typed: a SELECT does not take its columns' types from the INSERT as VALUES
-    would), returning what ``InsertedRun`` holds. The statement is the same for every
-    batch: psycopg parses it once per process instead of once per batch."""
+    """INSERT of new runs, one per record of ``%(runs)s`` (a JSON array, in trace id
+    order: ``records_parameter``), returning them: the fields the events set
+    (``MERGED_RUN_FIELDS``) from the records (read as jsonb, text[] or text, then cast to
+    their columns' types, which cuts text to a varchar's length), the others their
+    defaults written into it as constants (typed: a SELECT does not take its columns'
+    types from the INSERT as VALUES would), returning what ``InsertedRun`` holds. The
+    statement is the same for every batch: psycopg parses it once per process instead of
+    once per batch."""
     new_fields = [f for f in Run._meta.concrete_fields if not f.primary_key]
     given = {"organization_id": "%(organization_id)s", "project_id": "%(project_id)s", "trace_id": "batch.trace_id"}
     given["api_key_id"] = "%(api_key_id)s::bigint"
     given |= {"created_at": "%(now)s::timestamptz", "updated_at": "%(now)s::timestamptz"}
-    arrays = ["%(trace_ids)s::text[]"]
+    record = ["trace_id text"]
     for name in MERGED_RUN_FIELDS:
         f = Run._meta.get_field(name)
-        if isinstance(f, ArrayField):
-            # Arrays of arrays must be rectangular: each run's list goes as jsonb.
-            arrays.append(f"%({name})s::jsonb[]")
-            given[name] = f"ARRAY(SELECT jsonb_array_elements_text(batch.{name}))::{f.db_type(connection)}"
-        else:
-            arrays.append(f"%({name})s::{f.db_type(connection)}[]")
-            given[name] = f"batch.{name}"
+        as_read = "jsonb" if isinstance(f, JSONField) else "text[]" if isinstance(f, ArrayField) else "text"
+        record.append(f"{name} {as_read}")
+        given[name] = f"batch.{name}::{f.db_type(connection)}"
     values = []
     for f in new_fields:
         if f.attname in given:
@@ -113,7 +116,8 @@ def _insert_runs_sql() -> str:
     return f"""
         INSERT INTO runs_run ({", ".join(connection.ops.quote_name(f.column) for f in new_fields)})
         SELECT {", ".join(values)}
-        FROM unnest({", ".join(arrays)}) WITH ORDINALITY AS batch(trace_id, {", ".join(MERGED_RUN_FIELDS)}, position)
+        FROM ROWS FROM (jsonb_to_recordset(%(runs)s::jsonb) AS ({", ".join(record)})) WITH ORDINALITY
+            AS batch(trace_id, {", ".join(MERGED_RUN_FIELDS)}, position)
         ORDER BY batch.position
         ON CONFLICT (project_id, trace_id) DO NOTHING
         RETURNING id, trace_id, parent_trace_id, parent_run_id
@@ -163,12 +167,14 @@ def _insert_runs(project, new_runs: list[_NewRun], now, api_key=None) -> tuple[l
         "project_id": project.pk,
         "now": now,
         "api_key_id": api_key.pk if api_key is not None else None,
-        "trace_ids": [run.trace_id for run in new_runs],
+        "runs": records_parameter(
+            [
+                {"trace_id": run.trace_id, **{name: getattr(run, name) for name in MERGED_RUN_FIELDS}}
+                for run in new_runs
+            ],
+            _json_run_fields(),
+        ),
     }
-    for name in MERGED_RUN_FIELDS:
-        f = Run._meta.get_field(name)
-        as_json = isinstance(f, JSONField | ArrayField)
-        params[name] = [storable(getattr(run, name), as_json) for run in new_runs]
     with connection.cursor() as cursor:
         cursor.execute(_insert_runs_sql(), params)
         created = [InsertedRun(*row) for row in cursor.fetchall()]

@@ -107,6 +107,30 @@ def storable(value: Any, is_json_column: bool) -> Any:
     return value
 
 
+def records_parameter(records: list[dict], json_names: frozenset[str]) -> Jsonb:
+    """``records`` as one jsonb parameter (a JSON array), for ``jsonb_to_recordset``: one
+    parameter instead of an array per column, which psycopg dumps element by element in
+    Python (4 ms for a batch of 64 new runs). The values named in ``json_names`` go as
+    their own JSON, each encoded alone by ``_jsonb_bytes`` as a jsonb column's value is;
+    the others as ``storable`` makes them for their column (text cleaned, times in ISO
+    8601); None values are left out, which the record reads as NULL."""
+
+    def encode(records: list[dict]) -> bytes:
+        return orjson.dumps(
+            [
+                {
+                    name: orjson.Fragment(_jsonb_bytes(value)) if name in json_names else storable(value, False)
+                    for name, value in record.items()
+                    if value is not None
+                }
+                for record in records
+            ],
+            default=str,
+        )
+
+    return Jsonb(records, dumps=encode)
+
+
 # Up to this many rows, one multi-row INSERT; beyond, COPY through a temporary table.
 SMALL_UPSERT_ROWS = 20
 
