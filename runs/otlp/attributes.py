@@ -32,6 +32,9 @@ MAX_POSITION = 2**63 - 1
 MAX_UNIX_NANOS = 2**63 - 1
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+# A tuple, not ``dict | list``: that union is built again at every call, and
+# isinstance() of a union calls back into Python's machinery (text_value, ~10 a span).
+_STRUCTURED = (dict, list)
 _DIGITS = re.compile(r"\s*\d{1,18}\s*")
 
 
@@ -115,7 +118,7 @@ def parse_json_text(value: Any, *, any_json: bool = False) -> Any:
 
 def text_value(value: Any, max_length: int) -> str:
     """A scalar attribute as text cut to a column's length ("" for none, lists and objects)."""
-    if value is None or isinstance(value, dict | list):
+    if value is None or isinstance(value, _STRUCTURED):
         return ""
     text = value if isinstance(value, str) else json.dumps(value) if isinstance(value, bool) else str(value)
     text = clean_text(text).strip()
