@@ -60,16 +60,6 @@ def _not_negative(count: int) -> int:
     return count if count > 0 else 0  # not max(): its keyword parsing costs more, per step
 
 
-def _as_is(value: Any) -> Any:
-    return value
-
-
-def _redaction(redactor: Redactor):
-    """``redactor.apply``, or for a project without rules a function that returns its
-    value (the common case: five fields a step, without the redactor's checks)."""
-    return redactor.apply if redactor.active else _as_is
-
-
 def duration_ms(started: datetime | None, ended: datetime | None) -> float | None:
     if started and ended:
         return max((ended - started).total_seconds() * 1000, 0.0)
@@ -77,7 +67,6 @@ def duration_ms(started: datetime | None, ended: datetime | None) -> float | Non
 
 
 def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
-    redact = _redaction(redactor)
     rows = []
     for event in events:
         cost, unpriced, price_id = None, False, None
@@ -121,7 +110,7 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
                 "ended_at": event.ended_at,
                 "duration_ms": duration_ms(event.started_at, event.ended_at),
                 "status": event.status,
-                "error": redact(event.error) or "",
+                "error": redactor.apply(event.error) or "",
                 "model": event.model[:200],
                 "provider": event.provider[:100],
                 "input_tokens": _not_negative(event.input_tokens),
@@ -136,10 +125,10 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
                 "reported_cost_source": event.reported_cost_source[:16],
                 "unpriced": bool(unpriced),
                 "price_id": price_id,
-                "input": redact(event.input),
-                "output": redact(event.output),
-                "attributes": redact(event.attributes) or {},
-                "events": redact(event.events) or [],
+                "input": redactor.apply(event.input),
+                "output": redactor.apply(event.output),
+                "attributes": redactor.apply(event.attributes) or {},
+                "events": redactor.apply(event.events) or [],
                 "created_at": now,
             }
         )
@@ -147,7 +136,6 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
 
 
 def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
-    redact = _redaction(redactor)
     rows = [
         {
             "organization_id": project.organization_id,
@@ -157,8 +145,8 @@ def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> U
             "message_id": e.message_id,
             "position": e.position,
             "role": e.role[:32],
-            "content": redact(e.content),
-            "tool_calls": redact(e.tool_calls) or [],
+            "content": redactor.apply(e.content),
+            "tool_calls": redactor.apply(e.tool_calls) or [],
             "tool_call_id": e.tool_call_id[:200],
             "name": e.name[:200],
             "tokens": e.tokens,
@@ -186,7 +174,6 @@ def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> U
 
 
 def tool_calls_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
-    redact = _redaction(redactor)
     rows = [
         {
             "organization_id": project.organization_id,
@@ -195,9 +182,9 @@ def tool_calls_upsert(project, run_by_trace, events, redactor: Redactor, now) ->
             "span_id": e.span_id,
             "call_id": e.call_id,
             "tool_name": e.tool_name[:200],
-            "arguments": redact(e.arguments),
-            "result": redact(e.result),
-            "error": redact(e.error) or "",
+            "arguments": redactor.apply(e.arguments),
+            "result": redactor.apply(e.result),
+            "error": redactor.apply(e.error) or "",
             "latency_ms": e.latency_ms,
             "started_at": e.started_at,
             "created_at": now,
@@ -213,7 +200,6 @@ def tool_calls_upsert(project, run_by_trace, events, redactor: Redactor, now) ->
 
 
 def snapshots_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
-    redact = _redaction(redactor)
     rows = [
         {
             "organization_id": project.organization_id,
@@ -222,7 +208,7 @@ def snapshots_upsert(project, run_by_trace, events, redactor: Redactor, now) -> 
             "span_id": e.span_id,
             "snapshot_id": e.snapshot_id,
             "sequence": e.sequence,
-            "state": redact(e.state),
+            "state": redactor.apply(e.state),
             "taken_at": e.taken_at,
             "created_at": now,
         }

@@ -41,8 +41,6 @@ from runs.otlp.messages import genai_messages, message_event, span_messages
 from runs.otlp.partial_success import UNREADABLE, InvalidItem, MappedBatch
 
 # Plain strings: an enum member looked up on its class costs a descriptor call, per span.
-# (And ``span.events`` is iterated only when it has events: upb's repeated fields iterate
-# by index until an IndexError, whose message is formatted even for an empty list.)
 ERROR, OK, UNSET = Step.Status.ERROR.value, Step.Status.OK.value, Step.Status.UNSET.value
 TOOL, MEMORY = Step.Kind.TOOL.value, Step.Kind.MEMORY.value
 
@@ -73,7 +71,7 @@ def span_status(span: Span, attributes: dict) -> tuple[str, str]:
         message = text_value(attributes.get("langfuse.observation.status_message"), 100_000)
         if message:
             errors.append(message)
-    for event in span.events if span.events else ():
+    for event in _events(span):
         if event.name != "exception":
             continue
         details = attributes_dict(event.attributes)
@@ -90,16 +88,21 @@ def span_status(span: Span, attributes: dict) -> tuple[str, str]:
     return status, "\n\n".join(dict.fromkeys(kept))
 
 
+def _events(span: Span):
+    """The span's events, () when it has none (most spans): upb's repeated fields are
+    iterated by index until an IndexError, whose message is formatted even for an empty
+    list."""
+    return span.events or ()
+
+
 def span_events(span: Span) -> list[dict]:
-    if not span.events:
-        return []
     return [
         {
             "name": clean_text(event.name),
             "time": timestamp(event.time_unix_nano, "event time").isoformat() if event.time_unix_nano else None,
             "attributes": attributes_dict(event.attributes),
         }
-        for event in span.events
+        for event in _events(span)
     ]
 
 
@@ -107,7 +110,7 @@ def operation_details(span: Span) -> dict:
     """The attributes of the span's ``gen_ai.client.inference.operation.details`` events
     (the last wins), where instrumentations may put the call's usage and cost."""
     merged: dict = {}
-    for event in span.events if span.events else ():
+    for event in _events(span):
         if event.name == OPERATION_DETAILS_EVENT:
             merged.update(attributes_dict(event.attributes))
     return merged

@@ -114,10 +114,8 @@ class Redactor:
         # Each custom pattern on its own: inside one alternation an inline flag such as
         # "(?i)" is an error (no ingest at all), and group numbers (\1) would shift.
         self.custom = [regex.compile(pattern, regex.V0) for pattern in custom]
-
-    @property
-    def active(self) -> bool:
-        return bool(self.rules or self.custom)
+        # Read for every value ingest writes (five a step): a flag, not a property.
+        self.active = bool(self.rules or self.custom)
 
     def _text(self, text: str) -> str:
         for pattern, replace in self.rules:
