@@ -4,6 +4,12 @@ A URL the platform will call on a tenant's behalf (a provider base URL, later
 webhook tools and job backends) must not reach the platform's own network: every
 address its host resolves to must be public. Checked when the URL is saved and again
 when it is called, because DNS can change in between.
+
+A check before the call is not enough on its own: the HTTP client resolves the name
+again when it connects, and a name the caller controls can answer a public address to
+the check and a private one a moment later (DNS rebinding). ``outbound_session`` is a
+``requests`` session whose connections resolve the host themselves, check every address
+and connect to one of the addresses just checked, so what is called is what was checked.
 """
 
 from __future__ import annotations
@@ -12,7 +18,11 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
+import requests
 from django.conf import settings
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from agentops.errors import InvalidRequest
 
@@ -47,18 +57,28 @@ def check_outbound_url(url: str, *, allow_private: bool | None = None) -> str:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise UnsafeUrlError("the URL has an invalid port") from None
+    public_addresses(parts.hostname, port)
+    return url
+
+
+def public_addresses(host: str, port: int) -> list[str]:
+    """The addresses ``host`` resolves to now, if every one is public; else
+    ``UnsafeUrlError``."""
     try:
-        infos = socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)
+        infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except socket.gaierror:
-        raise UnsafeUrlError(f"the host {parts.hostname} does not resolve") from None
+        raise UnsafeUrlError(f"the host {host} does not resolve") from None
+    addresses = []
     for info in infos:
         address = info[4][0]
         if not _is_public(address):
             raise UnsafeUrlError(
-                f"the host {parts.hostname} resolves to {address}, a private or reserved address; "
+                f"the host {host} resolves to {address}, a private or reserved address; "
                 "set ALLOW_PRIVATE_PROVIDER_URLS=true to allow it"
             )
-    return url
+        if address not in addresses:
+            addresses.append(address)
+    return addresses
 
 
 def check_setting_url(url: str, *, field: str) -> str:
@@ -68,3 +88,61 @@ def check_setting_url(url: str, *, field: str) -> str:
         return check_outbound_url(url)
     except UnsafeUrlError as exc:
         raise InvalidRequest(f"{field}: {exc}") from None
+
+
+class _CheckedAddressConnection:
+    """A urllib3 connection that connects only to an address it has just checked (see
+    the module's docstring). The TLS server name and the Host header stay the URL's own
+    host, so a certificate is still checked against the name."""
+
+    def _new_conn(self):
+        if settings.ALLOW_PRIVATE_PROVIDER_URLS:
+            return super()._new_conn()
+        host = self._dns_host
+        addresses = public_addresses(host.strip("[]"), self.port)
+        failure = None
+        for address in addresses:
+            self._dns_host = address
+            try:
+                return super()._new_conn()
+            except OSError as exc:  # urllib3's NewConnectionError, ConnectTimeoutError: try the next address
+                failure = exc
+            finally:
+                self._dns_host = host
+        raise failure
+
+
+class _CheckedHTTPConnection(_CheckedAddressConnection, HTTPConnection):
+    pass
+
+
+class _CheckedHTTPSConnection(_CheckedAddressConnection, HTTPSConnection):
+    pass
+
+
+class _CheckedHTTPConnectionPool(HTTPConnectionPool):
+    ConnectionCls = _CheckedHTTPConnection
+
+
+class _CheckedHTTPSConnectionPool(HTTPSConnectionPool):
+    ConnectionCls = _CheckedHTTPSConnection
+
+
+class _CheckedAddressAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _CheckedHTTPConnectionPool,
+            "https": _CheckedHTTPSConnectionPool,
+        }
+
+
+def outbound_session() -> requests.Session:
+    """A ``requests`` session for calls to a URL a tenant set: each connection goes to an
+    address checked as it connects (``UnsafeUrlError`` otherwise, raised by the call).
+    Callers still pass ``allow_redirects=False``: a redirect is an answer, not followed."""
+    session = requests.Session()
+    adapter = _CheckedAddressAdapter()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session

@@ -23,7 +23,6 @@ import logging
 from datetime import timedelta
 from decimal import Decimal
 
-import requests
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
@@ -31,7 +30,7 @@ from django.utils.html import format_html
 
 from agentops import crypto, live
 from agentops.models import Membership, Organization
-from agentops.netguard import check_outbound_url
+from agentops.netguard import check_outbound_url, outbound_session
 from agentops.roles import ADMINS
 from agentops.scoping import organization_scope
 from billing.budgets import budget_spend, utc_today
@@ -224,8 +223,10 @@ def _deliver_webhook(alert: BudgetAlert, budget: Budget) -> str:
     try:
         url = check_outbound_url(crypto.decrypt(budget.webhook_ciphertext))
         # Slack's incoming-webhook shape, which Mattermost, Discord (/slack) and
-        # Teams workflows accept too. No redirects: the checked host is the one called.
-        response = requests.post(url, json={"text": alert.message}, timeout=WEBHOOK_TIMEOUT, allow_redirects=False)
+        # Teams workflows accept too. No redirects, and the session connects only to an
+        # address it has just checked: the checked host is the one called.
+        with outbound_session() as session:
+            response = session.post(url, json={"text": alert.message}, timeout=WEBHOOK_TIMEOUT, allow_redirects=False)
     except Exception as exc:  # noqa: BLE001 - a failed channel is recorded, never raised
         logger.warning("could not call the webhook of budget %s", budget.pk, exc_info=True)
         return f"failed: {exc.__class__.__name__}: {str(exc)[:200]}"

@@ -14,6 +14,7 @@ from agentops.scoping import organization_scope
 from agentops.services.api_keys import api_key_create
 from tests.agentops.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
 from tests.fake_mistral import fake_mistral  # noqa: F401 - a fixture for every test module
+from tests.rebinding import rebinding  # noqa: F401 - a fixture for every test module
 from tests.redirect_trap import redirect_trap  # noqa: F401 - a fixture for every test module
 
 

@@ -17,7 +17,7 @@ from dataclasses import asdict
 import requests
 
 from agentops.errors import InvalidRequest
-from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.netguard import UnsafeUrlError, check_outbound_url, outbound_session
 from evals.scoring.config import ConfigReader
 from evals.scoring.registry import EvaluatorKind, register
 from evals.scoring.subject import Outcome, Subject
@@ -102,10 +102,15 @@ class Webhook(EvaluatorKind):
         }
         started = time.monotonic()
         try:
-            with requests.post(
-                url, data=body, headers=headers, timeout=timeout, stream=True, allow_redirects=False
-            ) as response:
+            with (
+                outbound_session() as session,
+                session.post(
+                    url, data=body, headers=headers, timeout=timeout, stream=True, allow_redirects=False
+                ) as response,
+            ):
                 raw = response.raw.read(WEBHOOK_RESPONSE_MAX_BYTES + 1, decode_content=True)
+        except UnsafeUrlError as exc:  # the name now resolves to a private address
+            return Outcome(value=None, error=f"the webhook's URL is refused: {exc}")
         except requests.Timeout:
             return Outcome(value=None, error=f"the webhook did not answer within {timeout:g} s")
         except requests.RequestException as exc:

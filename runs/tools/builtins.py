@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import requests
 from django.conf import settings
 
-from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.netguard import UnsafeUrlError, check_outbound_url, outbound_session
 from runs.tools.base import Tool, ToolContext, ToolError
 
 # --- calculator ---------------------------------------------------------------------
@@ -144,8 +144,13 @@ def http_fetch(arguments: dict, context: ToolContext) -> dict:
     except UnsafeUrlError as exc:
         raise ToolError(str(exc)) from None
     try:
-        with requests.get(url, timeout=FETCH_TIMEOUT_SECONDS, stream=True, allow_redirects=False) as response:
+        with (
+            outbound_session() as session,
+            session.get(url, timeout=FETCH_TIMEOUT_SECONDS, stream=True, allow_redirects=False) as response,
+        ):
             body = response.raw.read(FETCH_MAX_BYTES + 1, decode_content=True)
+    except UnsafeUrlError as exc:  # the name now resolves to a private address
+        raise ToolError(str(exc)) from None
     except requests.RequestException as exc:
         raise ToolError(f"fetching {url} failed: {type(exc).__name__}") from None
     truncated = len(body) > FETCH_MAX_BYTES

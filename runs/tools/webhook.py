@@ -18,7 +18,7 @@ import time
 import requests
 
 from agentops import crypto, jsonsafe
-from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.netguard import UnsafeUrlError, check_outbound_url, outbound_session
 from runs.models import WebhookTool
 from runs.tools.base import Tool, ToolContext, ToolError
 
@@ -48,10 +48,15 @@ def call_webhook(tool: WebhookTool, arguments: dict, context: ToolContext) -> ob
         "X-AgentOps-Signature": signature(crypto.decrypt(tool.secret_ciphertext), timestamp, body),
     }
     try:
-        with requests.post(
-            tool.url, data=body, headers=headers, timeout=tool.timeout_seconds, stream=True, allow_redirects=False
-        ) as response:
+        with (
+            outbound_session() as session,
+            session.post(
+                tool.url, data=body, headers=headers, timeout=tool.timeout_seconds, stream=True, allow_redirects=False
+            ) as response,
+        ):
             raw = response.raw.read(RESPONSE_MAX_BYTES + 1, decode_content=True)
+    except UnsafeUrlError as exc:  # the name now resolves to a private address
+        raise ToolError(f"the tool's URL is refused: {exc}") from None
     except requests.Timeout:
         raise ToolError(f"the tool did not answer within {tool.timeout_seconds:g} s") from None
     except requests.RequestException as exc:

@@ -139,6 +139,17 @@ def test_webhook_is_checked_again_when_called(tenant, announced, webhook_server,
     assert received == []
 
 
+def test_a_webhook_whose_host_rebinds_to_a_private_address_is_not_called(tenant, announced, rebinding, settings):
+    settings.ALLOW_PRIVATE_PROVIDER_URLS = True  # saved while the name still answers a public address
+    org_budget(tenant, amount="1", thresholds=[100], webhook_url=f"{rebinding.url}/hook")
+    settings.ALLOW_PRIVATE_PROVIDER_URLS = False
+    spend(tenant.project, "1")
+    (alert,) = evaluate_alerts(tenant.organization.pk)
+    assert alert.deliveries["webhook"].startswith("failed: UnsafeUrlError")
+    assert "private or reserved" in alert.deliveries["webhook"]
+    assert rebinding.received == []
+
+
 @pytest.mark.parametrize("status", [302, 307])
 def test_a_webhook_that_redirects_is_not_followed(tenant, announced, redirect_trap, status):
     redirect_trap.status = status

@@ -182,6 +182,15 @@ def test_the_url_is_checked_again_before_each_call(tenant, scorer_url, settings)
     assert "private or reserved" in outcome.error and _Scorer.received == []
 
 
+def test_a_webhook_whose_host_rebinds_to_a_private_address_is_not_called(tenant, rebinding, settings):
+    settings.ALLOW_PRIVATE_PROVIDER_URLS = True  # saved while the name still answers a public address
+    evaluator, _secret = make_webhook(tenant, f"{rebinding.url}/score")
+    settings.ALLOW_PRIVATE_PROVIDER_URLS = False
+    outcome = score(tenant, evaluator)
+    assert outcome.value is None and "the webhook's URL is refused" in outcome.error
+    assert "private or reserved" in outcome.error and rebinding.received == []
+
+
 def test_an_unsaved_webhook_spec_has_no_secret_to_sign_with(tenant, scorer_url):
     spec = {"id": None, "name": "x", "kind": "webhook", "config": {"url": scorer_url}, "threshold": 0.5}
     with organization_scope(tenant.organization):

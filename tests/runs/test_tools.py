@@ -146,6 +146,23 @@ def test_webhook_url_is_checked_against_private_addresses_at_save_and_call(tenan
     assert _Recorder.received == []
 
 
+def test_webhook_tool_does_not_call_a_host_that_rebinds_to_a_private_address(tenant, rebinding, settings):
+    settings.ALLOW_PRIVATE_PROVIDER_URLS = True  # saved while the name still answers a public address
+    with organization_scope(tenant.organization):
+        webhook_tool_create(project=tenant.project, actor=None, name="rebinds", url=f"{rebinding.url}/hook")
+        settings.ALLOW_PRIVATE_PROVIDER_URLS = False
+        with pytest.raises(ToolError, match="private or reserved"):
+            tools_for(project=tenant.project, names=["rebinds"])["rebinds"].call({}, ToolContext())
+    assert rebinding.received == []
+
+
+def test_http_fetch_does_not_call_a_host_that_rebinds_to_a_private_address(rebinding, settings):
+    settings.HTTP_FETCH_ALLOWED_HOSTS = [rebinding.host]
+    with pytest.raises(ToolError, match="private or reserved"):
+        call("http_fetch", url=f"{rebinding.url}/page")
+    assert rebinding.received == []
+
+
 def test_http_fetch_only_reaches_allowed_hosts_and_cuts_the_body(tool_server, settings):
     settings.HTTP_FETCH_ALLOWED_HOSTS = ["127.0.0.1"]
     result = call("http_fetch", url=f"{tool_server}/page")
