@@ -31,10 +31,28 @@ class UnsafeUrlError(ValueError):
     """The URL is malformed or points at a private, loopback or reserved address."""
 
 
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits, which a translator or
+# the host's own stack may deliver to: NAT64's well-known prefix (RFC 6052) and the
+# deprecated IPv4-compatible addresses. The local-use NAT64 prefix (RFC 8215) translates
+# to any IPv4 address with the embedded one where the operator chose: never public.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
 def _is_public(address: str) -> bool:
     ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped:
+            ip = ip.ipv4_mapped
+        elif ip in _NAT64_LOCAL:
+            return False
+        else:
+            embedded = ip.sixtofour
+            if ip in _NAT64 or ip in _IPV4_COMPATIBLE:
+                embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+            if embedded is not None and not (embedded.is_global and not embedded.is_multicast):
+                return False
     return ip.is_global and not ip.is_multicast
 
 
