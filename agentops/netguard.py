@@ -9,7 +9,8 @@ A check before the call is not enough on its own: the HTTP client resolves the n
 again when it connects, and a name the caller controls can answer a public address to
 the check and a private one a moment later (DNS rebinding). ``outbound_session`` is a
 ``requests`` session whose connections resolve the host themselves, check every address
-and connect to one of the addresses just checked, so what is called is what was checked.
+and connect to one of the addresses just checked, so what is called is what was checked;
+``check_connections`` does the same to a client library's own urllib3 pool manager.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from django.conf import settings
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.poolmanager import PoolManager, ProxyManager
 
 from agentops.errors import InvalidRequest
 
@@ -146,13 +148,19 @@ class _CheckedHTTPSConnectionPool(HTTPSConnectionPool):
     ConnectionCls = _CheckedHTTPSConnection
 
 
+def check_connections(pool_manager: PoolManager) -> PoolManager:
+    """Make the urllib3 ``pool_manager`` (a client library's own) connect only to an
+    address checked as it connects; a refused one raises ``UnsafeUrlError`` from the call.
+    A proxy manager is left as it is: the proxy, not this process, resolves the host."""
+    if not isinstance(pool_manager, ProxyManager):
+        pool_manager.pool_classes_by_scheme = {"http": _CheckedHTTPConnectionPool, "https": _CheckedHTTPSConnectionPool}
+    return pool_manager
+
+
 class _CheckedAddressAdapter(HTTPAdapter):
     def init_poolmanager(self, *args, **kwargs):
         super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {
-            "http": _CheckedHTTPConnectionPool,
-            "https": _CheckedHTTPSConnectionPool,
-        }
+        check_connections(self.poolmanager)
 
 
 def outbound_session() -> requests.Session:

@@ -52,7 +52,7 @@ from urllib3.util import Retry
 
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
-from agentops.netguard import UnsafeUrlError, check_outbound_url, check_setting_url
+from agentops.netguard import UnsafeUrlError, check_connections, check_outbound_url, check_setting_url
 from agentops.redact import redact_secrets
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
 from jobs.hardware import CATALOG
@@ -359,6 +359,8 @@ class KubernetesBackend:
                     # Not started yet (container waiting) or already removed: nothing to read.
                     return LogChunk(lines=[], cursor=cursor)
                 raise self._error("reading the job's logs", exc) from None
+            except UnsafeUrlError as exc:
+                raise _refused(exc) from None
             except Urllib3Error as exc:
                 raise BackendError(
                     f"the Kubernetes API server could not be reached: {type(exc).__name__}", retryable=True
@@ -383,7 +385,7 @@ class KubernetesBackend:
         try:
             check_outbound_url(self.host)
         except UnsafeUrlError as exc:
-            raise BackendError(f"the Kubernetes API server URL is not allowed: {exc}") from None
+            raise _refused(exc) from None
         configuration = k8s.Configuration(host=self.host)
         configuration.api_key = {"BearerToken": self._token}
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
@@ -395,7 +397,11 @@ class KubernetesBackend:
         # a redirect to an address the outbound URL check never saw. The redirect comes
         # back as the answer, an ApiException.
         configuration.retries = Retry(total=1, redirect=0, raise_on_redirect=False)
-        return k8s.ApiClient(configuration)
+        api_client = k8s.ApiClient(configuration)
+        # And each connection checks the address it connects to: the name may point
+        # elsewhere by then (DNS rebinding); a refused address raises UnsafeUrlError.
+        check_connections(api_client.rest_client.pool_manager)
+        return api_client
 
     def _split(self, external_id: str) -> tuple[str, str]:
         namespace, _, name = external_id.rpartition("/")
@@ -410,6 +416,8 @@ class KubernetesBackend:
             if exc.status == 404 and not_found:
                 raise JobNotFound(f"Kubernetes does not know the job {not_found}") from None
             raise self._error(doing, exc, secret_values) from None
+        except UnsafeUrlError as exc:
+            raise _refused(exc) from None
         except Urllib3Error as exc:
             raise BackendError(
                 f"the Kubernetes API server could not be reached: {type(exc).__name__}", retryable=True
@@ -433,6 +441,10 @@ class KubernetesBackend:
             if strict:
                 raise self._error("deleting the job", exc) from None
             logger.warning("kubernetes: could not delete %s: HTTP %s", name, exc.status)
+        except UnsafeUrlError as exc:
+            if strict:
+                raise _refused(exc) from None
+            logger.warning("kubernetes: could not delete %s: %s", name, exc)
         except Urllib3Error as exc:
             if strict:
                 raise BackendError(
@@ -456,7 +468,7 @@ class KubernetesBackend:
                 _request_timeout=REQUEST_TIMEOUT_SECONDS,
             )
             response.release_conn()
-        except (ApiException, Urllib3Error) as exc:
+        except (ApiException, Urllib3Error, UnsafeUrlError) as exc:
             # The job runs all the same; only the TTL clean-up would leave the Secret behind.
             logger.warning("kubernetes: could not make job %s own its secret: %s", name, type(exc).__name__)
 
@@ -495,6 +507,10 @@ class KubernetesBackend:
         if detail:
             message += f": {detail}"
         return BackendError(message, retryable=exc.status in (429, 500, 502, 503, 504))
+
+
+def _refused(exc: UnsafeUrlError) -> BackendError:
+    return BackendError(f"the Kubernetes API server URL is not allowed: {exc}")
 
 
 def _labels_or_error(value, field: str, *, keys_are_labels: bool = True) -> dict[str, str]:

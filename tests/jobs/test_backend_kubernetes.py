@@ -366,6 +366,15 @@ def test_a_private_api_server_is_refused_when_private_urls_are_not_allowed(setti
         backend.status("default/agentops-job-1-abcde")
 
 
+def test_an_api_server_whose_name_rebinds_to_a_private_address_gets_neither_the_token_nor_the_secrets(rebinding):
+    """The check before the call sees a public address; the connection, made a moment
+    later, would reach 127.0.0.1: it checks the address it connects to, and refuses."""
+    backend = KubernetesBackend(config={"host": rebinding.url}, credentials={"token": TOKEN})
+    with pytest.raises(BackendError, match="private or reserved"):
+        backend.submit(_spec(env={"HF_TOKEN": "hf_secret_value"}))
+    assert rebinding.received == []
+
+
 def test_backend_for_builds_it_from_a_compute_backend_row(fake_kubernetes):  # noqa: F811
     row = ComputeBackend(
         kind=ComputeBackend.Kind.KUBERNETES,
