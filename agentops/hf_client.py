@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import httpx2
 from huggingface_hub import HfApi, constants, set_client_factory
 
-from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.netguard import UnsafeUrlError, check_outbound_url, checked_transport
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 REQUEST_TIMEOUT_SECONDS = 30.0
@@ -74,14 +74,19 @@ def _refuse_redirect(response: httpx2.Response) -> None:
 def _bounded_client_factory() -> httpx2.Client:
     from huggingface_hub.utils._http import default_client_factory
 
-    client = default_client_factory()
-    client.timeout = httpx2.Timeout(REQUEST_TIMEOUT_SECONDS)
-    client.follow_redirects = False
-    client.event_hooks = {
-        "request": [_check_request, *client.event_hooks["request"]],
-        "response": [*client.event_hooks["response"], _refuse_redirect],
-    }
-    return client
+    # The library's own client, with its hooks, on a transport whose connections go only
+    # to an address checked as they connect (the name may have changed since _check_request).
+    with default_client_factory() as library_client:
+        hooks = library_client.event_hooks
+    return httpx2.Client(
+        transport=checked_transport(),
+        timeout=httpx2.Timeout(REQUEST_TIMEOUT_SECONDS),
+        follow_redirects=False,
+        event_hooks={
+            "request": [_check_request, *hooks["request"]],
+            "response": [*hooks["response"], _refuse_redirect],
+        },
+    )
 
 
 def configure_client() -> None:

@@ -10,7 +10,8 @@ again when it connects, and a name the caller controls can answer a public addre
 the check and a private one a moment later (DNS rebinding). ``outbound_session`` is a
 ``requests`` session whose connections resolve the host themselves, check every address
 and connect to one of the addresses just checked, so what is called is what was checked;
-``check_connections`` does the same to a client library's own urllib3 pool manager.
+``check_connections`` does the same to a client library's own urllib3 pool manager, and
+``checked_transport`` is an ``httpx2`` transport whose connections do it too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
+import httpcore2
+import httpx2
 import requests
 from django.conf import settings
 from requests.adapters import HTTPAdapter
@@ -172,3 +175,50 @@ def outbound_session() -> requests.Session:
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
+
+
+class UnsafeConnectError(httpcore2.ConnectError):
+    """A connection refused because its host now resolves to a private or reserved
+    address: ``httpx2`` raises it to the caller as an ``httpx2.ConnectError`` with this
+    message."""
+
+
+class _CheckedNetworkBackend(httpcore2.SyncBackend):
+    """httpcore's network backend, connecting only to an address checked as it connects
+    (the TLS server name stays the URL's own host)."""
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        if settings.ALLOW_PRIVATE_PROVIDER_URLS:
+            return super().connect_tcp(host, port, timeout, local_address, socket_options)
+        try:
+            addresses = public_addresses(host, port)
+        except UnsafeUrlError as exc:
+            raise UnsafeConnectError(str(exc)) from None
+        failure = None
+        for address in addresses:
+            try:
+                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+            except httpcore2.ConnectError as exc:  # try the next address
+                failure = exc
+        raise failure
+
+
+def refused_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` (an ``httpx2.ConnectError``, say) comes of a connection refused by
+    ``checked_transport``: not worth trying again."""
+    while exc is not None:
+        if isinstance(exc, UnsafeConnectError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def checked_transport(**options) -> httpx2.HTTPTransport:
+    """An ``httpx2`` transport (``options`` as ``httpx2.HTTPTransport`` takes them) whose
+    connections go to an address checked as they connect; a refused one raises
+    ``httpx2.ConnectError`` naming it."""
+    transport = httpx2.HTTPTransport(**options)
+    # httpx2 takes no network backend of its own; its pool (httpcore2.ConnectionPool) does,
+    # read on every new connection. The rebinding tests fail if the attribute moves.
+    transport._pool._network_backend = _CheckedNetworkBackend()
+    return transport

@@ -52,7 +52,7 @@ from agentops.hf_client import (
     hub_api,
     origin,
 )
-from agentops.netguard import UnsafeUrlError, check_outbound_url
+from agentops.netguard import UnsafeUrlError, check_outbound_url, checked_transport, refused_connection
 from agentops.redact import redact_secrets
 
 HUB_DESTINATION_KIND = "hf_hub"
@@ -202,6 +202,8 @@ def hub_error(exc: BaseException, *, doing: str, repo_id: str, token: str = "") 
         return HubError(f"the Hub answered a redirect ({exc.status}) while {doing}, which is not followed")
     if isinstance(exc, AddressRefused):
         return HubError(f"while {doing}: {exc}")
+    if refused_connection(exc):
+        return HubError(f"while {doing}: address refused: {exc}")
     if isinstance(exc, httpx2.HTTPError):
         return HubError(f"the Hub could not be reached while {doing}: {type(exc).__name__}", retryable=True)
     if isinstance(exc, UnsafeUrlError):
@@ -427,7 +429,9 @@ def _download(account: HubAccount, repo_id: str, path: str, commit: str, sink, m
     with_token = build_hf_headers(token=account.token, library_name="agentops-studio")
     without_token = {key: value for key, value in with_token.items() if key.lower() != "authorization"}
     hub_origin = origin(account.endpoint)
-    with httpx2.Client(timeout=httpx2.Timeout(REQUEST_TIMEOUT_SECONDS), follow_redirects=False) as client:
+    with httpx2.Client(
+        transport=checked_transport(), timeout=httpx2.Timeout(REQUEST_TIMEOUT_SECONDS), follow_redirects=False
+    ) as client:
         for _ in range(MAX_REDIRECTS + 1):
             try:
                 check_outbound_url(url)

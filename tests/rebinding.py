@@ -1,6 +1,6 @@
 """A host name that rebinds: ``rebinding.url`` names ``rebinding.host``, whose first
-lookup answers a public address (what an outbound URL check sees) and every later one
-127.0.0.1, where a local server records what reaches it. It stands for a name whose
+lookup (the first ``public_lookups``) answers a public address (what an outbound URL
+check sees) and every later one 127.0.0.1, where a local server records what reaches it. It stands for a name whose
 owner switches it to a private address between the check and the connection (DNS
 rebinding). With private addresses refused (the fixture sets
 ``ALLOW_PRIVATE_PROVIDER_URLS`` off), nothing may reach ``rebinding.received``."""
@@ -22,6 +22,7 @@ class Rebinding:
     host: str = "rebinding.attacker.example"
     url: str = ""
     lookups: int = 0
+    public_lookups: int = 1
     received: list[dict] = field(default_factory=list)
 
 
@@ -59,7 +60,7 @@ def rebinding(monkeypatch, settings):
         if host != state.host:
             return real_getaddrinfo(host, *args, **kwargs)
         state.lookups += 1
-        address = PUBLIC_ADDRESS if state.lookups == 1 else "127.0.0.1"
+        address = PUBLIC_ADDRESS if state.lookups <= state.public_lookups else "127.0.0.1"
         return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))]
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)

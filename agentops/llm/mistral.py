@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from agentops.llm.base import CallAbandoned, ChatResult, OnText, ProviderError
+from agentops.netguard import checked_transport, refused_connection
 
 # Retries on 429 and 5xx with exponential backoff, honouring Retry-After (the SDK does
 # both); timeouts and dropped connections are retried too.
@@ -38,14 +39,16 @@ def _http_client():
                 try:
                     return super().send(request, **kwargs)
                 except httpx2.ConnectError as exc:  # nothing was sent: safe to try again
-                    if attempt == CONNECT_ATTEMPTS:
+                    if attempt == CONNECT_ATTEMPTS or refused_connection(exc):
                         origin = f"{request.url.scheme}://{request.url.netloc.decode()}"
                         raise EndpointUnreachable(
                             f"cannot connect to {origin} ({exc or type(exc).__name__}; {attempt} attempts)"
                         ) from exc
                     time.sleep(CONNECT_RETRY_SECONDS * 2 ** (attempt - 1))
 
-    return Client(follow_redirects=False)
+    # Each connection goes to an address checked as it connects: the base URL was checked
+    # before the call, but its name may point inside by now (DNS rebinding).
+    return Client(follow_redirects=False, transport=checked_transport())
 
 
 def _arguments(raw: Any) -> dict:

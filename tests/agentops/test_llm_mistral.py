@@ -4,6 +4,7 @@ import pytest
 
 from agentops.llm.base import ProviderError
 from agentops.llm.mistral import MistralProvider
+from agentops.netguard import check_outbound_url
 
 
 @pytest.mark.parametrize("status", [302, 307])
@@ -22,6 +23,22 @@ def test_a_base_url_that_redirects_gets_an_error_and_the_key_goes_nowhere_else(r
 
     assert redirect_trap.redirected[0]["authorization"] == "Bearer sk-organization-key"
     assert redirect_trap.elsewhere == []
+
+
+def test_a_base_url_whose_name_rebinds_to_a_private_address_gets_neither_the_key_nor_the_conversation(rebinding):
+    base_url = check_outbound_url(rebinding.url)  # as provider_credentials checks it before each use
+    provider = MistralProvider(api_key="sk-organization-key", base_url=base_url, retry_max_elapsed_ms=500)
+
+    with pytest.raises(ProviderError, match="private or reserved"):
+        provider.chat(
+            model="mistral-small-latest",
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[],
+            parameters={},
+            timeout_ms=5000,
+        )
+
+    assert rebinding.received == []
 
 
 def test_calls_after_the_first_build_no_new_sdk_models_and_answer_the_same(fake_mistral):

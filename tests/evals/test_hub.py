@@ -208,6 +208,18 @@ def test_the_token_never_follows_a_redirect(redirect_trap):
     assert redirect_trap.elsewhere == []
 
 
+def test_the_token_never_goes_to_an_endpoint_whose_name_rebinds_to_a_private_address(rebinding):
+    # Checked when the account is opened and again by each request's hook: both see the
+    # public address. The connection, made a moment later, would reach 127.0.0.1.
+    rebinding.public_lookups = 2
+    account = HubAccount(endpoint=rebinding.url, token=TOKEN)
+
+    with pytest.raises(HubError, match="private or reserved"):
+        push_dataset_files(account, repo_id=f"{ORG}/x", files={}, card=card(), private=False, commit_message="m")
+
+    assert rebinding.received == []
+
+
 def test_the_token_never_goes_to_a_host_the_hub_names_in_an_answer(account, fake_hf_hub):  # noqa: F811
     fake_hf_hub.verify_elsewhere = True
 
