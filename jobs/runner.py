@@ -47,6 +47,18 @@ MODEL_ATTEMPTS = 3
 USER_AGENT = "agentops-job-runner/1"
 
 
+class _RedirectsRefused(urllib.request.HTTPRedirectHandler):
+    """A redirect answer is an error (``HTTPError`` with its 3xx status), never followed:
+    urllib would send the request's headers, the job token or the model server's key
+    among them, on to whatever address the redirect names."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_opener = urllib.request.build_opener(_RedirectsRefused)
+
+
 class RunnerError(Exception):
     """The run cannot go on; the message says why, for the job's log."""
 
@@ -127,7 +139,7 @@ class Platform:
             request = urllib.request.Request(f"{self.base}/{path}", data=data, method=method, headers=headers)  # noqa: S310 - http(s) checked in __init__
             retry_after = None
             try:
-                with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as response:  # noqa: S310
+                with _opener.open(request, timeout=REQUEST_TIMEOUT_SECONDS) as response:
                     raw = response.read()
                 return json.loads(raw) if raw.strip() else {}
             except urllib.error.HTTPError as error:
@@ -188,7 +200,7 @@ class OpenAIChatModel:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         request = urllib.request.Request(f"{self.base}/{path}", data=json.dumps(body).encode(), headers=headers)  # noqa: S310 - http(s) checked
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        with _opener.open(request, timeout=timeout) as response:
             return json.loads(response.read())
 
     def wait_until_up(self, seconds: float) -> None:
@@ -198,7 +210,7 @@ class OpenAIChatModel:
         next_notice = 0.0
         while True:
             try:
-                with urllib.request.urlopen(f"{self.base}/models", timeout=10):  # noqa: S310 - http(s) checked
+                with _opener.open(f"{self.base}/models", timeout=10):
                     return
             except urllib.error.HTTPError:
                 return

@@ -188,6 +188,29 @@ def test_an_unreachable_platform_fails_after_its_retries(platform):
     assert "GET items/ failed 6 times; the last error: cannot reach the platform" in finished.stderr
 
 
+@pytest.mark.parametrize("status", [302, 307])
+def test_the_job_token_never_follows_a_redirect(redirect_trap, status):
+    """A platform address that redirects (a proxy's rule, a moved host) is an error: the
+    job token reaches only the address the job was given, never the one redirected to."""
+    redirect_trap.status = status
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "AGENTOPS_URL": redirect_trap.url,
+        "AGENTOPS_JOB_ID": str(JOB_ID),
+        "AGENTOPS_JOB_TOKEN": TOKEN,
+        "AGENTOPS_MODEL": "echo",
+        "AGENTOPS_RETRY_SECONDS": "0.01",
+    }
+    finished = subprocess.run(
+        [sys.executable, "-m", "jobs.runner"], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+
+    assert finished.returncode == 1
+    assert f"GET items/ was refused (HTTP {status})" in finished.stderr
+    assert [request["authorization"] for request in redirect_trap.redirected] == [f"Bearer {TOKEN}"]
+    assert redirect_trap.elsewhere == []
+
+
 def test_openai_mode_asks_a_chat_completions_server(platform):
     finished = run_runner(
         platform,
