@@ -21,7 +21,7 @@ import shlex
 
 from agentops.destinations import Destination
 from agentops.errors import InvalidRequest
-from agentops.netguard import UnsafeUrlError, check_outbound_url, check_setting_url
+from agentops.netguard import UnsafeUrlError, check_outbound_url, check_setting_url, outbound_session
 from agentops.redact import redact_secrets
 from jobs.backends.base import BackendError, JobNotFound, JobSpec, LogChunk, RemoteStatus
 from jobs.hardware import CATALOG
@@ -78,13 +78,27 @@ def _client_class():
             self._agentops_headers = dict(headers)
             super().__init__(address, headers=dict(headers))
 
-        def _do_request(self, method, endpoint, **kwargs):
+        def _do_request(self, method, endpoint, *, data=None, json_data=None, **kwargs):
             # The client adds the worker's own Ray token when token auth is on in the
             # worker's environment: a tenant's cluster must only ever see its own headers.
             self._headers = dict(self._agentops_headers)
             kwargs.setdefault("timeout", REQUEST_TIMEOUT_SECONDS)
             kwargs.setdefault("allow_redirects", False)
-            response = super()._do_request(method, endpoint, **kwargs)
+            # Ray's own _do_request is requests.request() with these arguments (and a
+            # rewording of 401/403 answers, which _guard words itself): here through a
+            # session that connects only to an address checked as it connects, so a name
+            # rebound to a private address after the check never gets the headers.
+            with outbound_session() as session:
+                response = session.request(
+                    method,
+                    self._address + endpoint,
+                    cookies=self._cookies,
+                    data=data,
+                    json=json_data,
+                    headers=self._headers,
+                    verify=self._verify,
+                    **kwargs,
+                )
             if response.is_redirect:
                 # Not followed (the headers would go to an unchecked address), and not
                 # an answer either: the client would read the redirect's body as one.
@@ -307,6 +321,8 @@ class RayBackend:
             raise BackendError(
                 f"the Ray cluster answered HTTP {exc.status_code}: {detail}", retryable=exc.status_code >= 500
             ) from None
+        except UnsafeUrlError as exc:  # the name now resolves to a private address
+            raise BackendError(f"the Ray address is not allowed: {exc}") from None
         except OSError as exc:
             # requests' errors and the builtin ConnectionError the client raises are OSErrors.
             raise BackendError(

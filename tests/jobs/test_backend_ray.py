@@ -388,3 +388,13 @@ def test_a_redirect_is_not_followed_with_the_headers(redirect_trap, status):
 
     assert redirect_trap.redirected[0]["authorization"] == "Bearer rt"
     assert redirect_trap.elsewhere == []
+
+
+def test_an_address_whose_name_rebinds_to_a_private_address_never_gets_the_headers(rebinding):
+    pytest.importorskip("ray.job_submission", reason="the ray package is not installed")
+    backend = RayBackend(config={"address": rebinding.url}, credentials={"headers": {"Authorization": "Bearer rt"}})
+
+    with pytest.raises(BackendError, match="private or reserved"):
+        backend.status("agentops-7-abcd")
+
+    assert rebinding.received == []
