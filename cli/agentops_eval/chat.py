@@ -29,6 +29,7 @@ import time
 
 from agentops_eval.client import ApiError, ClientError, ConfigError, ServerError
 from agentops_eval.config import add_command, make_client, say
+from agentops_eval.report import printable
 from agentops_eval.sessions import SessionsApi
 from agentops_eval.sse import Event, StreamRefused, Subscription
 
@@ -470,7 +471,8 @@ class Chat:
     # -- output --------------------------------------------------------------------------------
 
     def write(self, text: str) -> None:
-        self.out.write(text)
+        # Most of what is written is text the model, a tool or the server chose.
+        self.out.write(printable(text))
         self.out.flush()
 
     def end_line(self, *, force: bool = False) -> None:

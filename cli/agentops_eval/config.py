@@ -10,6 +10,7 @@ import sys
 
 from agentops_eval import __version__
 from agentops_eval.client import Client
+from agentops_eval.report import printable
 
 ENV_URL = "AGENTOPS_URL"
 ENV_PROJECT = "AGENTOPS_PROJECT"
@@ -80,5 +81,6 @@ def make_client(args, *, prog: str, env=None) -> Client:
 
 
 def say(message: str) -> None:
-    """A line on stderr (diagnostics; stdout is the command's output)."""
-    print(message, file=sys.stderr, flush=True)
+    """A line on stderr (diagnostics; stdout is the command's output). It often quotes
+    the server, so terminal escapes are written as "?" (``report.printable``)."""
+    print(printable(message), file=sys.stderr, flush=True)

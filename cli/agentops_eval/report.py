@@ -127,6 +127,10 @@ def _plain(value: Any, *, signed: bool = False) -> str:
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
+# What a terminal may take for a command: C0 controls but line feed and tab (an escape
+# sequence starts with ESC; a carriage return overwrites the line), DEL, and C1 controls
+# (\x9b starts a sequence on its own in some terminals).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _threshold_text(condition: dict) -> str:
@@ -137,6 +141,12 @@ def one_line(text: Any, limit: int = MAX_MESSAGE) -> str:
     """One line of printable text (control characters, terminal escapes too, become "?")."""
     text = _CONTROL.sub("?", " ".join(str(text or "").split()))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal, lines and tabs kept: every other control character (an
+    escape sequence's start among them) becomes "?"."""
+    return _UNPRINTABLE.sub("?", text)
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:

@@ -498,3 +498,24 @@ def test_following_a_turn_ends_when_the_session_is_ready_again():
     chat.follow()
     assert out.text == 'agent> Hello\n  [tool] calculator {"expression": "1"}\n  [tool] calculator -> 1\n'
     assert chat.events.qsize() == 1
+
+
+def test_terminal_escapes_in_what_the_agent_or_a_tool_sends_are_never_written_raw():
+    """A model's answer or a tool's result (a fetched page, a webhook's answer) is text
+    someone else chose: an escape sequence in it could clear the screen, retitle the
+    window or draw a fake approval line above the real prompt. Control characters other
+    than line breaks and tabs are written as "?"."""
+    chat, out, _script = _chat(RecordingApi())
+    hostile = "\x1b[2J\x1b]0;pwned\x07ok\r  [approval] calculator approved\x9b31m"
+    frames = [
+        ("processing", {"run": 3, "turn": 1}),
+        ("assistant_chunk", {"run": 3, "step": 1, "text": f"line one\n{hostile}\tend"}),
+        ("tool_output", {"run": 3, "call_id": "c", "tool": "http_fetch\x1b[8m", "result": hostile, "error": ""}),
+        ("error", {"run": 3, "turn": 1, "error": hostile}),
+        ("ready", {"session": 7}),
+    ]
+    for number, (kind, data) in enumerate(frames, 1):
+        chat.events.put(Event(type=kind, data=json.dumps(data), id=str(number)))
+    chat.follow()
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", out.text), repr(out.text)
+    assert "line one\n?[2J?]0;pwned?ok?  [approval] calculator approved?31m\tend" in out.text
