@@ -113,10 +113,11 @@ def check_setting_url(url: str, *, field: str) -> str:
         raise InvalidRequest(f"{field}: {exc}") from None
 
 
-class _CheckedAddressConnection:
+class CheckedAddressConnection:
     """A urllib3 connection that connects only to an address it has just checked (see
     the module's docstring). The TLS server name and the Host header stay the URL's own
-    host, so a certificate is still checked against the name."""
+    host, so a certificate is still checked against the name. A mixin, first among the
+    bases of a urllib3 connection class (a client library's own, as boto3's)."""
 
     def _new_conn(self):
         if settings.ALLOW_PRIVATE_PROVIDER_URLS:
@@ -135,11 +136,11 @@ class _CheckedAddressConnection:
         raise failure
 
 
-class _CheckedHTTPConnection(_CheckedAddressConnection, HTTPConnection):
+class _CheckedHTTPConnection(CheckedAddressConnection, HTTPConnection):
     pass
 
 
-class _CheckedHTTPSConnection(_CheckedAddressConnection, HTTPSConnection):
+class _CheckedHTTPSConnection(CheckedAddressConnection, HTTPSConnection):
     pass
 
 

@@ -41,9 +41,10 @@ def rebinding(monkeypatch, settings):
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if self.command != "HEAD":
+                self.wfile.write(body)
 
-        do_GET = do_POST = _handle  # noqa: N815
+        do_GET = do_HEAD = do_POST = do_PUT = _handle  # noqa: N815
 
         def log_message(self, *args):
             pass

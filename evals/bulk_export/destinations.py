@@ -10,15 +10,17 @@ class; the services, API and pages read the registry.
   have appeared since). Files are written under a temporary name, then renamed.
 - ``s3``: an S3-compatible bucket (endpoint URL, bucket, prefix, region) with an access key
   stored encrypted. The endpoint passes the SSRF guard (``agentops.netguard``) when saved
-  and before each export. botocore never follows an HTTP redirect (a redirect answer
-  fails the export, so the credentials reach only the checked endpoint). Each file is
-  written to a temporary file on the worker, then uploaded (multipart above 8 MiB).
+  and before each export, and each connection checks the address it connects to.
+  botocore never follows an HTTP redirect (a redirect answer fails the export, so the
+  credentials reach only the checked endpoint). Each file is written to a temporary file
+  on the worker, then uploaded (multipart above 8 MiB).
 - ``hf_hub``: a Hugging Face Hub account (endpoint, namespace, token) that the Hub export
   kinds push dataset repositories to (``evals.hub``).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
@@ -29,7 +31,7 @@ from django.conf import settings
 
 from agentops import crypto
 from agentops.errors import InvalidRequest
-from agentops.netguard import UnsafeUrlError, check_outbound_url, check_setting_url
+from agentops.netguard import CheckedAddressConnection, UnsafeUrlError, check_outbound_url, check_setting_url
 from evals.bulk_export.errors import ExportFailed
 from evals.hub import HUB_DESTINATION_KIND, NAME_PATTERN
 
@@ -219,6 +221,7 @@ class S3Destination(DestinationKind):
         # botocore never follows a Location, but its S3 region redirector re-sends a
         # request answered with a redirect: refuse every redirect answer before it runs.
         client.meta.events.register_first("needs-retry.s3", refuse_redirects)
+        _check_connections(client)
         bucket = config["bucket"]
         try:
             client.head_bucket(Bucket=bucket)
@@ -226,6 +229,40 @@ class S3Destination(DestinationKind):
             raise ExportFailed(s3_reason(exc, bucket)) from None
         prefix = "/".join(part for part in (config.get("prefix", ""), folder) if part)
         return S3Target(client, bucket, prefix)
+
+
+def _check_connections(client) -> None:
+    """Make the boto3 ``client`` connect only to an address checked as it connects: the
+    endpoint was checked above, but its name may point inside by the time each request
+    connects (DNS rebinding). botocore has no public setting for its connection classes;
+    its session's pool manager is where it puts its own (``URLLib3Session``), and the
+    rebinding test fails if they move."""
+    client._endpoint.http_session._manager.pool_classes_by_scheme = _checked_pool_classes()
+
+
+@functools.cache
+def _checked_pool_classes() -> dict:
+    """botocore's own pool and connection classes, with ``CheckedAddressConnection``."""
+    from botocore.awsrequest import (
+        AWSHTTPConnection,
+        AWSHTTPConnectionPool,
+        AWSHTTPSConnection,
+        AWSHTTPSConnectionPool,
+    )
+
+    class CheckedConnection(CheckedAddressConnection, AWSHTTPConnection):
+        pass
+
+    class CheckedHTTPSConnection(CheckedAddressConnection, AWSHTTPSConnection):
+        pass
+
+    class CheckedPool(AWSHTTPConnectionPool):
+        ConnectionCls = CheckedConnection
+
+    class CheckedHTTPSPool(AWSHTTPSConnectionPool):
+        ConnectionCls = CheckedHTTPSConnection
+
+    return {"http": CheckedPool, "https": CheckedHTTPSPool}
 
 
 class RedirectRefused(Exception):

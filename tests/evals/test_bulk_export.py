@@ -320,6 +320,17 @@ def test_redirecting_s3_endpoint_never_receives_credentials_elsewhere(tenant, re
     assert redirect_trap.redirected and redirect_trap.elsewhere == []
 
 
+def test_an_s3_endpoint_whose_name_rebinds_to_a_private_address_never_receives_the_credentials(
+    tenant, rebinding, settings
+):
+    settings.ALLOW_PRIVATE_PROVIDER_URLS = True  # saved while the name still answers a public address
+    destination = s3_destination(tenant, rebinding.url, "bucket-one")
+    settings.ALLOW_PRIVATE_PROVIDER_URLS = False
+    job = export(tenant, destination)
+    assert job.status == ExportJob.Status.FAILED and "private or reserved" in job.error, job.error
+    assert rebinding.received == []
+
+
 def test_private_s3_endpoint_is_refused_by_the_ssrf_guard(tenant, settings):
     settings.ALLOW_PRIVATE_PROVIDER_URLS = False
     with organization_scope(tenant.organization), pytest.raises(InvalidRequest, match="endpoint_url"):
