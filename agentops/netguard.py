@@ -11,7 +11,9 @@ the check and a private one a moment later (DNS rebinding). ``outbound_session``
 ``requests`` session whose connections resolve the host themselves, check every address
 and connect to one of the addresses just checked, so what is called is what was checked;
 ``check_connections`` does the same to a client library's own urllib3 pool manager, and
-``checked_transport`` is an ``httpx2`` transport whose connections do it too.
+``checked_transport`` is an ``httpx2`` transport whose connections do it too. A request
+sent through a proxy (``HTTPS_PROXY`` in a worker's environment) is resolved by the
+proxy: for it only the check before the call applies.
 """
 
 from __future__ import annotations
