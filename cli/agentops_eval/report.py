@@ -66,6 +66,16 @@ def fmt_num(value: Any) -> str:
     return f"{number:.3g}"
 
 
+def fmt_count(value: Any) -> str:
+    """A count (a metric's ``n``): a whole number as such, 8 and not 8.000 as fmt_num
+    writes a score below 10."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return fmt_num(value)
+    return str(int(number)) if number.is_integer() else fmt_num(value)
+
+
 def fmt_signed(value: Any) -> str:
     """A change: "+0.020", "-0.050"; no sign for none."""
     text = fmt_num(value)
@@ -171,7 +181,7 @@ def metric_rows(experiment: dict | None) -> list[list[str]]:
         low, high = values.get("ci_low"), values.get("ci_high")
         ci = f"[{fmt_num(low)}, {fmt_num(high)}]" if low is not None and high is not None else "n/a"
         rows.append(
-            [str(name), fmt_num(values.get("mean")), ci, fmt_pct(values.get("pass_rate")), fmt_num(values.get("n"))]
+            [str(name), fmt_num(values.get("mean")), ci, fmt_pct(values.get("pass_rate")), fmt_count(values.get("n"))]
         )
     return rows
 

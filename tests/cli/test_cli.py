@@ -885,6 +885,14 @@ def test_format_numbers():
     assert report.fmt_pct(0.8) == "80.0%"
 
 
+def test_a_metrics_count_below_ten_is_a_whole_number():
+    metric = {"mean": 1.0, "ci_low": 1.0, "ci_high": 1.0, "n": 8, "pass_rate": 1.0}
+    experiment = {"summary": {"metrics": {"correct": metric}}}
+    assert report.metric_rows(experiment) == [["correct", "1.000", "[1.000, 1.000]", "100.0%", "8"]]
+    assert report.fmt_count(40) == "40"
+    assert report.fmt_count(None) == "n/a"
+
+
 def test_api_base():
     assert (
         client_module.api_base("https://h.example.com/", "acme/agent")
