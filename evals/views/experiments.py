@@ -432,6 +432,11 @@ class ComparePage(ProjectPage):
 
     def get(self, request, org_slug, project_slug):
         a_id, b_id = _experiment_id(request.GET.get("a")), _experiment_id(request.GET.get("b"))
+        if "a" not in request.GET and "b" not in request.GET:
+            # The page opened with nothing chosen yet (the leaderboard links it so): the
+            # form, not an error.
+            context = {"recent": self.recent(), "chosen": {"a": "", "b": ""}}
+            return self.render_page("evals/compare.html", context)
         if a_id is None or b_id is None:
             problem = "Choose two experiments to compare: the URL needs ?a=<id>&b=<id>."
             chosen = {key: request.GET.get(key, "") for key in ("a", "b")}

@@ -536,6 +536,15 @@ def test_identical_experiments_show_no_significant_change(client, tenant, pair):
     assert "40 same" in html
 
 
+def test_compare_opened_without_experiments_shows_the_form(client, tenant, pair):
+    # The leaderboard links the page with nothing chosen: the form, not a 400.
+    client.force_login(tenant.viewer)
+    response = client.get(url("compare"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'name="a"' in html and 'name="b"' in html and 'id="compare-problem"' not in html
+
+
 def test_compare_needs_two_experiments(client, tenant, pair):
     client.force_login(tenant.viewer)
     response = client.get(url("compare"), {"a": pair[0].pk})
