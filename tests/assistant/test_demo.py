@@ -24,3 +24,16 @@ def test_the_demo_has_an_answered_question_and_leaderboard_insights_once(tenant)
     assert "Top performers:" in insights.answer_run.output
     assert "Cost and quality:" in insights.answer_run.output
     assert "Latest change" in insights.answer_run.output
+
+
+def test_the_demo_commands_print_nothing_at_verbosity_0(tenant, capsys, django_capture_on_commit_callbacks):
+    """`serve --demo` calls them with verbosity 0: its output starts with the demo's
+    credentials, as the README shows, and a second start adds no lines either."""
+    commands = ("seed_demo_runs", "seed_demo_evals", "seed_demo_jobs", "seed_demo_analyst")
+    with django_capture_on_commit_callbacks(execute=False):
+        for _start in range(2):
+            for command in commands:
+                call_command(command, "acme/agent", verbosity=0)
+            assert capsys.readouterr().out == ""
+    with organization_scope(tenant.organization):
+        assert AnalystQuestion.objects.count() == 2  # they did their work all the same

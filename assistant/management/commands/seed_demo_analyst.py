@@ -18,6 +18,8 @@ class Command(BaseCommand):
         project = get_project(path)
         with organization_scope(project.organization):
             asked = demo_analyst_seed(project=project)
+        if not options["verbosity"]:
+            return
         if asked:
             self.stdout.write(f"Asked the analyst {asked} demo question(s) in {path}")
         else:

@@ -10,6 +10,8 @@ class Command(ProjectCommand):
 
     def handle_project(self, project, *, path, **options):
         experiments = demo_evals_seed(project=project)
+        if not options["verbosity"]:
+            return
         if experiments:
             self.stdout.write(f"Added a demo dataset, evaluators and {experiments} experiments to {path}")
         else:

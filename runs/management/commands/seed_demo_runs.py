@@ -9,6 +9,8 @@ class Command(ProjectCommand):
         created = demo_runs_seed(project=project)
         agents = demo_agent_seed(project=project)
         sessions = demo_session_seed(project=project)
+        if not options["verbosity"]:
+            return  # -v 0 (serve --demo): its own lines say what the demo holds
         self.stdout.write(f"Added {created} sample run(s) to {path}" if created else f"{path} already has runs")
         if agents:
             self.stdout.write(f"Added an offline demo agent to {path}, with one executed run")
