@@ -1,6 +1,7 @@
 """The docs stay true to the code: every path docs/api.md names is a route of the URLconf,
 every method it names for a path is one the route's view serves, and the permission its
-endpoint tables give each one is the one the view declares."""
+endpoint tables give each one is the one the view declares; and every link between the
+README and docs/ leads to a file and section that exist."""
 
 import re
 from pathlib import Path
@@ -74,3 +75,41 @@ def test_every_permission_the_endpoint_tables_name_is_the_views():
         if declared != permission:
             wrong.append(f"{method} {path}: the docs say {permission}, the view declares {declared}")
     assert wrong == []
+
+
+# -- links between the documents ------------------------------------------------------------------
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+CODE_BLOCK = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def _documents() -> list[Path]:
+    return [ROOT / "README.md", ROOT / "cli/README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _anchors(document: Path) -> set[str]:
+    """The anchors GitHub gives the document's headings: lower case, punctuation dropped,
+    spaces as dashes, "-1", "-2"... on repeats."""
+    anchors, seen = set(), {}
+    for heading in re.findall(r"^#+ (.*)$", CODE_BLOCK.sub("", document.read_text()), re.M):
+        anchor = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(f"{anchor}-{seen[anchor]}" if anchor in seen else anchor)
+        seen[anchor] = seen.get(anchor, 0) + 1
+    return anchors
+
+
+def test_every_link_between_the_documents_leads_somewhere():
+    """A reader who follows a link of the README or docs/ to a file or a section finds it."""
+    broken = []
+    for document in _documents():
+        for link in LINK.findall(CODE_BLOCK.sub("", document.read_text())):
+            if link.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = link.partition("#")
+            target = (document.parent / path).resolve() if path else document
+            name = document.relative_to(ROOT)
+            if not target.exists():
+                broken.append(f"{name}: {link}: no such file")
+            elif anchor and target.suffix == ".md" and anchor not in _anchors(target):
+                broken.append(f"{name}: {link}: no such section")
+    assert broken == []
