@@ -1,14 +1,28 @@
-"""django-allauth adapters: sign-up policy, and social logins that never take over
-an existing account by email."""
+"""django-allauth adapters: sign-up policy, account emails that name the platform, and
+social logins that never take over an existing account by email."""
+
+from types import SimpleNamespace
 
 from allauth.account.adapter import DefaultAccountAdapter
+from allauth.core import context as allauth_context
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django.conf import settings
+
+PLATFORM_NAME = "AgentOps Studio"
 
 
 class AccountAdapter(DefaultAccountAdapter):
     def is_open_for_signup(self, request) -> bool:
         return settings.ACCOUNT_ALLOW_SIGNUP
+
+    def send_mail(self, template_prefix: str, email: str, context: dict) -> None:
+        # allauth's emails greet from and sign with the sites framework's Site, whose one
+        # row nobody sets here: it is Django's default, "example.com" ("Hello from
+        # example.com!"). They name the platform, and the host the person signed up on.
+        request = allauth_context.request
+        host = request.get_host() if request is not None else ""
+        site = SimpleNamespace(name=PLATFORM_NAME, domain=host)
+        super().send_mail(template_prefix, email, {"current_site": site, **context})
 
 
 class SocialAccountAdapter(DefaultSocialAccountAdapter):

@@ -95,6 +95,16 @@ def test_following_the_confirmation_link_verifies_the_address_and_logs_in(client
     assert me.json()["user"]["email"] == "erin@example.com"
 
 
+def test_account_emails_name_the_platform_and_its_host_not_example_com(client, mailoutbox):
+    # Django's default Site row is "example.com"; the emails must not say so.
+    sign_up(client, "new@example.org")
+    client.post(reverse("account_reset_password"), {"email": "new@example.org"})
+    assert len(mailoutbox) == 2
+    for message in mailoutbox:
+        assert "example.com" not in message.body
+        assert "AgentOps Studio" in message.body and "testserver" in message.body
+
+
 def test_confirming_in_another_browser_verifies_but_does_not_log_in(client, mailoutbox):
     # Whoever holds the link (a mail scanner, a forwarded message) must not get a session
     # for the account: ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION only applies to the browser
