@@ -107,6 +107,18 @@ def test_missing_secret_key_in_production_is_refused():
     assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
 
 
+def test_an_encryption_key_is_made_before_anything_is_configured():
+    # The README's deployment steps: set ENCRYPTION_KEYS from generate_encryption_key's
+    # output, so the command cannot need ENCRYPTION_KEYS (or SECRET_KEY, or a server).
+    result = _manage(
+        "generate_encryption_key",
+        env_overrides={"DEBUG": "false", "DATABASE_URL": "postgres://u:p@127.0.0.1:1/agentops"},
+    )
+    assert result.returncode == 0, result.stderr
+    Fernet(result.stdout.strip())  # a valid key
+    assert result.stderr == ""
+
+
 def test_social_providers_come_from_the_environment(monkeypatch):
     import pytest
     from django.core.exceptions import ImproperlyConfigured
