@@ -48,6 +48,29 @@ def _child(serve: psutil.Process, role: str) -> psutil.Process | None:
     return None
 
 
+def test_serve_refuses_a_port_another_program_listens_on_with_one_line(db, tmp_path):
+    # Without the check uvicorn fails to bind, is restarted every few seconds for ever,
+    # and the printed address leads to the other program.
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "manage.py", "serve", "--port", str(port), "--concurrency", "1"],
+            cwd=ROOT,
+            env=worker_environment(DEBUG="true", LOG_LEVEL="WARNING", DATA_DIR=str(tmp_path)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip() == (
+        f"agentops: cannot serve on 127.0.0.1:{port}: Address already in use (another `make run`, or another "
+        "program?); choose another port with PORT=<port> make run, or manage.py serve --port <port>"
+    )
+    assert "AgentOps Studio on" not in result.stdout
+
+
 def test_serve_restarts_a_killed_worker_and_stops_on_sigterm(db, tmp_path):
     log_path = tmp_path / "serve.log"
     port = _free_port()

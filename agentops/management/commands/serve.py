@@ -6,6 +6,7 @@ nothing else uses them."""
 import fcntl
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from agentops.embedded import fail
 from agentops.management.commands.seed_demo import format_credentials
 from agentops.services.demo import demo_seed
 from agentops.supervisor import Supervisor
@@ -54,6 +56,20 @@ def web_command(python: str, host: str, port: str, workers: int) -> list[str]:
     ]
 
 
+def port_problem(host: str, port: int | str) -> str | None:
+    """Why the web server could not listen on ``host``:``port``, or None when it can.
+    Bound the way uvicorn binds (SO_REUSEADDR, so a port that only has connections
+    closing is free), and released at once."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, int(port)))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def collect_static() -> None:
     """``collectstatic``, one installation at a time per ``STATIC_ROOT``: installations
     started together from one code folder share it (it is not under ``DATA_DIR``), and
@@ -88,6 +104,14 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, demo, host, port, concurrency, web_workers, no_beat, **options):
+        # Checked first: uvicorn would fail to bind, be restarted with backoff forever, and
+        # the address printed below would lead to whatever program holds the port.
+        problem = port_problem(host, port)
+        if problem:
+            fail(
+                f"cannot serve on {host}:{port}: {problem} (another `make run`, or another program?); "
+                "choose another port with PORT=<port> make run, or manage.py serve --port <port>"
+            )
         call_command("migrate", interactive=False, verbosity=0)
         if not settings.DEBUG:
             collect_static()
