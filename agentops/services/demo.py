@@ -9,7 +9,7 @@ from django.db import transaction
 from agentops.models import ApiKey, Membership, Organization, Project
 from agentops.roles import Role
 from agentops.scoping import organization_scope
-from agentops.services.api_keys import api_key_create
+from agentops.services.api_keys import api_key_create, api_key_revoke
 from agentops.services.organizations import organization_create, project_create
 from agentops.services.users import user_get_or_create_verified
 
@@ -41,7 +41,14 @@ def demo_seed() -> DemoCredentials:
             project = Project.objects.filter(slug=DEMO_PROJECT).first()
             if project is None:
                 project = project_create(organization=organization, actor=user, name="Demo agent", slug=DEMO_PROJECT)
-            ApiKey.objects.filter(project=project, name="demo", revoked_at__isnull=True).delete()
+            for previous in ApiKey.objects.filter(project=project, name="demo", revoked_at__isnull=True):
+                if previous.last_used_at is None:
+                    previous.delete()  # nothing was done with it: no list of dead keys
+                else:
+                    # Revoked, not deleted: the ledger keeps naming the key that spent what
+                    # it spent (deleting it would null those rows, which then collide with
+                    # the same day's unkeyed usage: usage_daily_unique).
+                    api_key_revoke(key=previous, actor=user)
             _key, raw_key = api_key_create(
                 project=project, actor=user, name="demo", scopes=["ingest", "read", "execute"]
             )

@@ -1,14 +1,19 @@
 """Operator commands, demo data and the append-only audit log."""
 
+from datetime import date
+from decimal import Decimal
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, transaction
+from django.db.models import Sum
 
-from agentops.models import AuditEvent, Membership, Organization, Project
+from agentops.models import ApiKey, AuditEvent, Membership, Organization, Project
 from agentops.scoping import dangerously_unscoped, organization_scope
 from agentops.services.audit import audit_record
 from agentops.services.demo import demo_seed
+from billing.models import UsageDaily
 
 
 def test_create_organization_creates_owner_with_one_time_password(db, capsys, client):
@@ -52,6 +57,36 @@ def test_demo_seed_is_repeatable_and_its_key_works(db, client):
     me = client.get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {second.api_key}").json()
     assert (me["organization"], me["project"]) == ("demo", "demo-agent")
     assert client.post("/accounts/login/", {"login": second.email, "password": second.password}).status_code == 302
+
+
+def test_demo_seed_again_after_the_demo_key_spent_keeps_its_usage_and_revokes_it(db, client):
+    """The second `make run` after trying the README's snippets with the demo key: its
+    usage shares the day, agent and model with the seeded (unkeyed) usage. Deleting the
+    key would null its ledger rows into those (usage_daily_unique) and stop the start."""
+    first = demo_seed()
+    assert client.get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {first.api_key}").status_code == 200
+    organization = Organization.objects.get(slug="demo")
+    with organization_scope(organization):
+        project = Project.objects.get(slug="demo-agent")
+        used = ApiKey.objects.get(project=project, name="demo")
+        for api_key in (used, None):
+            UsageDaily.objects.create(
+                organization=organization, project=project, day=date(2026, 11, 29), agent_name="demo",
+                model="offline", api_key=api_key, category="llm", unit="token", cost=Decimal("0.5"), steps=1,
+            )  # fmt: skip
+
+    second = demo_seed()
+    third = demo_seed()  # the second key was never used: it goes
+
+    with organization_scope(organization):
+        keys = {key.prefix: key for key in ApiKey.objects.filter(project=project)}
+        assert set(keys) == {first.api_key[:11], third.api_key[:11]}
+        assert keys[first.api_key[:11]].revoked_at is not None
+        assert UsageDaily.objects.filter(api_key=used).count() == 1
+        assert UsageDaily.objects.filter(project=project).aggregate(total=Sum("cost"))["total"] == Decimal("1")
+    assert client.get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {first.api_key}").status_code == 401
+    assert client.get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {second.api_key}").status_code == 401
+    assert client.get("/api/v1/me/", HTTP_AUTHORIZATION=f"Bearer {third.api_key}").status_code == 200
 
 
 def test_audit_log_refuses_updates_and_deletes(tenant):
