@@ -287,6 +287,9 @@ def test_an_ended_experiment_page_shows_intervals_totals_and_every_item(client, 
     assert 'score score-fail" title="failed (threshold 0.5)">0.00' in failing
     assert "question 1" in failing and "[offline model]" in failing
     assert 'id="experiment-cancel"' not in html
+    # The live progress still swaps the cancel slot out of band when the socket opens:
+    # without its (empty) target htmx logs oobErrorNoTarget on every ended experiment.
+    assert f'<div id="experiment-{ended.pk}-cancel">' in html
     assert "?format=csv" in html and "?format=jsonl" in html
     assert url("leaderboard", dataset_id=ended.dataset_id) in html
 
