@@ -1,8 +1,10 @@
 """The Django admin for staff: tenancy models, searchable; the audit log read-only."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from agentops.models import ApiKey, AuditEvent, Invitation, Membership, Organization, Project, ProviderSecret
+from agentops.pages import client_ip
+from agentops.services.api_keys import api_key_revoke
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -56,9 +58,26 @@ class InvitationAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
+    """Keys are revoked, never deleted, as on the project's API keys page: the ledger
+    names the key that spent what it spent, and deleting one would null its rows into the
+    same day's unkeyed usage (``usage_daily_unique``: an IntegrityError). Revoking goes
+    through ``api_key_revoke`` (the audit log), not by editing ``revoked_at``."""
+
     list_display = ["prefix", "name", "project", "organization", "scopes", "created_at", "last_used_at", "revoked_at"]
     search_fields = ["prefix", "name", "project__slug", "organization__slug"]
-    readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]
+    readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Revoke the selected API keys")
+    def revoke(self, request, queryset):
+        revoked = 0
+        for key in queryset.filter(revoked_at__isnull=True):
+            api_key_revoke(key=key, actor=request.user, ip=client_ip(request))
+            revoked += 1
+        self.message_user(request, f"{revoked} API key(s) revoked.", messages.SUCCESS)
 
 
 @admin.register(ProviderSecret)
