@@ -1,5 +1,8 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.utils.functional import lazy
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from agentops import health
@@ -8,6 +11,9 @@ from agentops.url_prefixes import PAGE_ORGANIZATION, PAGE_PROJECT
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    # Browsers ask for /favicon.ico on pages that name no icon (Swagger UI's, a JSON answer).
+    # Lazy: the static file's (hashed) name is known once the app serves, not at import.
+    path("favicon.ico", RedirectView.as_view(url=lazy(static, str)("agentops/favicon.svg"), permanent=True)),
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("api/v1/otlp/", include("runs.api.urls_otlp")),

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
+from django.contrib.staticfiles import finders
 from django.core import mail
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.views import APIView
 
@@ -213,6 +215,7 @@ def test_object_ids_of_another_organization_are_404_under_ones_own(signed_in, te
 UNSCOPED_ROUTES = {
     "healthz": (None, "the load balancer's probe: no user, no tenant data"),
     "readyz": (None, "the load balancer's probe: no user, no tenant data"),
+    "favicon.ico": (RedirectView, "the browser's icon: a redirect to a static file"),
     "": (None, "home: sends a visitor to the login page, a member to their first organization"),
     "api/schema/": (SpectacularAPIView, "the public OpenAPI schema of the API"),
     "api/docs/": (SpectacularSwaggerSplitView, "the API docs page showing that schema"),
@@ -275,6 +278,14 @@ def test_every_route_is_served_by_a_scoped_api_endpoint_or_page():
     assert problems == []
     assert sorted(set(UNSCOPED_ROUTES) - set(routes)) == [], "listed exceptions that are no route"
     assert sum(route.startswith("api/v1/") for route in routes) >= 60 and len(routes) >= 150
+
+
+def test_the_browsers_icon_is_the_platforms_on_every_page_and_at_favicon_ico(db, client):
+    # Without one, every browser logs a 404 for /favicon.ico once per visit.
+    icon = re.search(r'<link rel="icon" href="([^"]+)"', client.get("/accounts/login/").content.decode()).group(1)
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"] == icon
+    assert icon.endswith(".svg") and finders.find("agentops/favicon.svg")
 
 
 def test_a_page_that_overrides_dispatch_is_refused_when_defined():
