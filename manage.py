@@ -9,10 +9,11 @@ def main() -> None:
     if sys.argv[1:] == ["generate_encryption_key"]:
         # The key ENCRYPTION_KEYS needs, made before anything is configured: with DEBUG off
         # the settings refuse to load without ENCRYPTION_KEYS and SECRET_KEY, so going
-        # through them would ask for the very key this prints.
-        from cryptography.fernet import Fernet
+        # through them would ask for the very key this prints (the command's own function,
+        # which reads no setting).
+        from agentops.crypto import generate_key
 
-        print(Fernet.generate_key().decode())
+        print(generate_key())
         return
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
     from agentops.bootstrap import check_external_services
