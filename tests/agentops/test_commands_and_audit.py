@@ -4,6 +4,7 @@ from datetime import date
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, transaction
@@ -47,6 +48,57 @@ def test_create_project_and_errors_are_one_line(tenant, capsys):
         call_command("create_project", "nope/x")
     with pytest.raises(CommandError, match="expected <org_slug>/<project_slug>"):
         call_command("create_project", "just-a-slug")
+
+
+def test_create_organization_with_a_taken_slug_leaves_no_new_user_behind(tenant):
+    with pytest.raises(CommandError, match="the slug 'acme' is taken"):
+        call_command("create_organization", "acme", "--owner", "newcomer@example.com")
+    # The user would have had a one-time password nobody was shown.
+    assert not get_user_model().objects.filter(email="newcomer@example.com").exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["create_organization", "initech", "--owner", "not-an-email"], "owner: Enter a valid email address."),
+        (
+            ["create_organization", "initech", "--owner", "a\x00@example.com"],
+            "owner: Enter a valid email address. Null characters are not allowed.",
+        ),
+        (["create_organization", "x" * 300, "--owner", "peter@example.com"], "name: Ensure this value has at most 100"),
+        (
+            ["create_organization", "initech", "--owner", "peter@example.com", "--name", "a\x00b"],
+            "name: Null characters",
+        ),
+        (["create_project", "acme/" + "x" * 300], "name: Ensure this value has at most 100 characters (it has 300)."),
+        (["create_project", "acme/bot", "--name", "a\x00b"], "name: Null characters are not allowed."),
+        (["create_project", "a\x00b/bot"], "no organization with the slug 'a\\x00b'"),
+        (["create_api_key", "acme/a\x00b"], "no project 'a\\x00b' in organization 'acme'"),
+        (["create_api_key", "acme/agent", "--name", "x" * 5000], "name: Ensure this value has at most 100"),
+        (["create_api_key", "acme/agent", "--name", "a\x00b"], "name: Null characters are not allowed."),
+        (["create_api_key", "acme/agent", "--scopes", "read,admin"], "scopes: Select a valid choice. admin is not"),
+        (["create_api_key", "acme/agent", "--expires-in-days", "999999999"], "must be between 1 and 36500 days"),
+        (["create_api_key", "acme/agent", "--expires-in-days", "0"], "must be between 1 and 36500 days, got 0"),
+    ],
+)
+def test_commands_refuse_bad_arguments_in_one_line_and_create_nothing(tenant, arguments, message):
+    User = get_user_model()
+    users, organizations = User.objects.count(), Organization.objects.count()
+    with dangerously_unscoped("counting every organization's rows"):
+        projects, keys = Project.objects.count(), ApiKey.objects.count()
+    with pytest.raises(CommandError) as refused:
+        call_command(*arguments)
+    assert message in str(refused.value)
+    assert (User.objects.count(), Organization.objects.count()) == (users, organizations)
+    with dangerously_unscoped("counting every organization's rows"):
+        assert (Project.objects.count(), ApiKey.objects.count()) == (projects, keys)
+
+
+def test_create_api_key_expires_in_the_days_asked(tenant, capsys):
+    call_command("create_api_key", "acme/agent", "--name", "nightly", "--expires-in-days", "30")
+    with organization_scope(tenant.organization):
+        key = ApiKey.objects.get(name="nightly")
+    assert 29 < (key.expires_at - key.created_at).total_seconds() / 86400 <= 30
 
 
 def test_demo_seed_is_repeatable_and_its_key_works(db, client):

@@ -1,9 +1,31 @@
 """Helpers shared by the operator commands."""
 
+from django import forms
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.core.validators import validate_slug
 
 from agentops.models import Organization, Project
 from agentops.scoping import organization_scope
+
+
+def checked(form_class: type[forms.Form], **arguments) -> dict:
+    """``arguments`` cleaned by the form the page uses for the same thing, so a command
+    refuses what the page refuses (too long, a NUL character, not an email address) in
+    one line, instead of a database error's traceback or a half-made row."""
+    form = form_class(data=arguments)
+    if not form.is_valid():
+        field, errors = next(iter(form.errors.items()))
+        raise CommandError(f"{field.replace('_', ' ')}: {' '.join(errors)}")
+    return form.cleaned_data
+
+
+def _is_slug(value: str) -> bool:
+    try:
+        validate_slug(value)
+    except ValidationError:
+        return False
+    return True
 
 
 def split_project_path(value: str) -> tuple[str, str]:
@@ -14,7 +36,8 @@ def split_project_path(value: str) -> tuple[str, str]:
 
 
 def get_organization(slug: str) -> Organization:
-    organization = Organization.objects.filter(slug=slug).first()
+    # What is not a slug names nothing (and a NUL character cannot even be sent to PostgreSQL).
+    organization = Organization.objects.filter(slug=slug).first() if _is_slug(slug) else None
     if organization is None:
         raise CommandError(f"no organization with the slug {slug!r}")
     return organization
@@ -24,7 +47,7 @@ def get_project(path: str) -> Project:
     org_slug, project_slug = split_project_path(path)
     organization = get_organization(org_slug)
     with organization_scope(organization):
-        project = Project.objects.filter(slug=project_slug).first()
+        project = Project.objects.filter(slug=project_slug).first() if _is_slug(project_slug) else None
     if project is None:
         raise CommandError(f"no project {project_slug!r} in organization {org_slug!r}")
     return project

@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from agentops.errors import ServiceError
-from agentops.management.commands._common import get_organization, split_project_path
+from agentops.forms import ProjectCreateForm
+from agentops.management.commands._common import checked, get_organization, split_project_path
 from agentops.scoping import organization_scope
 from agentops.services.organizations import project_create
 
@@ -15,13 +16,14 @@ class Command(BaseCommand):
 
     def handle(self, *args, path, name, **options):
         org_slug, project_slug = split_project_path(path)
+        arguments = checked(ProjectCreateForm, name=name or project_slug.replace("-", " ").title())
         organization = get_organization(org_slug)
         with organization_scope(organization):
             try:
                 project = project_create(
                     organization=organization,
                     actor=None,
-                    name=name or project_slug.replace("-", " ").title(),
+                    name=arguments["name"],
                     slug=project_slug,
                 )
             except ServiceError as exc:
