@@ -1,5 +1,6 @@
-"""Every write operation of the API, read from its OpenAPI schema (so a new endpoint is
-walked without anyone listing it), and a world of real objects to name in their URLs.
+"""Every write operation of the API, and every read one that takes query parameters, read
+from its OpenAPI schema (so a new endpoint is walked without anyone listing it), and a
+world of real objects to name in their URLs.
 
 The checks every request body must pass (tests/agentops/test_api_parsers.py: any depth,
 size or shape of JSON is a 4xx JSON naming the problem; test_api_serializers.py: an
@@ -31,6 +32,7 @@ from tests.evals.factories import make_dataset, make_evaluator
 from tests.jobs.factories import make_backend
 
 WRITE_METHODS = ("post", "put", "patch", "delete")
+READ_METHOD = "get"
 # OTLP/JSON receivers must ignore unknown fields (opentelemetry-proto specification), and
 # their attributes are free-form: the unknown-field rule is not theirs.
 OTLP_PREFIX = "/api/v1/otlp/"
@@ -58,6 +60,26 @@ def write_operations() -> tuple[Operation, ...]:
     return tuple(sorted(operations, key=str))
 
 
+@dataclass(frozen=True)
+class ReadOperation(Operation):
+    query: tuple[str, ...] = ()  # the query parameters the schema documents
+
+
+@cache
+def read_operations_with_query() -> tuple[ReadOperation, ...]:
+    """Every GET operation of the schema that documents query parameters."""
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    operations = []
+    for path, items in schema["paths"].items():
+        operation = items.get(READ_METHOD)
+        query = tuple(
+            parameter["name"] for parameter in (operation or {}).get("parameters", ()) if parameter["in"] == "query"
+        )
+        if query:
+            operations.append(ReadOperation(READ_METHOD, path, False, query))
+    return tuple(sorted(operations, key=str))
+
+
 @dataclass
 class World:
     """A tenant with one object of every kind a write URL names, and a client per caller."""
@@ -76,6 +98,9 @@ class World:
         if operation.path == "/api/v1/ingest" or operation.path.startswith(OTLP_PREFIX):
             return self.key
         return self.session
+
+    def read(self, operation: ReadOperation, query: dict[str, str]):
+        return self.client_for(operation).get(self.url(operation), query)
 
     def send(self, operation: Operation, body: bytes | str, content_type: str = "application/json"):
         client = self.client_for(operation)

@@ -1,5 +1,6 @@
 """The API's JSON parser (agentops/api/parsers.py): no body, whatever its depth, size
-or shape, makes a 500. Every write operation of the schema is walked (tests/api_walk.py)."""
+or shape, makes a 500, and no query string either. Every write operation of the schema,
+and every read one with query parameters, is walked (tests/api_walk.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from agentops.scoping import organization_scope
 from runs.services.agents import agent_create
-from tests.api_walk import OTLP_PREFIX, make_world, write_operations
+from tests.api_walk import OTLP_PREFIX, make_world, read_operations_with_query, write_operations
 
 DEEP = "[" * 10_000 + "]" * 10_000
 
@@ -53,6 +54,25 @@ def test_a_body_of_any_other_shape_is_a_4xx_json_error(world, operation, body):
     response = world.send(operation, body)
     assert 400 <= response.status_code < 500, (response.status_code, response.content[:300])
     assert message_of(response)
+
+
+@pytest.mark.parametrize("operation", read_operations_with_query(), ids=str)
+def test_a_nul_character_in_any_query_parameter_is_a_400_naming_it(world, operation):
+    for name in operation.query:
+        response = world.read(operation, {name: "a\x00b"})
+        assert response.status_code == 400, (name, response.status_code, response.content[:300])
+        assert message_of(response) == f"the query parameter '{name}' contains a NUL character, which cannot be stored"
+
+
+HOSTILE_QUERY_VALUES = ["abc", "-1", "99999999999999999999999", "NaN", "1e999", "2026-13-45", "", "x" * 5000]
+
+
+@pytest.mark.parametrize("operation", read_operations_with_query(), ids=str)
+def test_no_value_of_a_query_parameter_makes_a_500(world, operation):
+    for name in operation.query:
+        for value in HOSTILE_QUERY_VALUES:
+            response = world.read(operation, {name: value})
+            assert response.status_code < 500, (name, value[:20], response.status_code, response.content[:300])
 
 
 RUNS = "/api/v1/projects/acme/agent/runs/"
