@@ -3,7 +3,7 @@ may change lives in the services, whose errors the views attach to these forms."
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 from django import forms
 
@@ -112,6 +112,16 @@ class ApiKeyCreateForm(forms.Form):
         help_text="Optional. The key works through this day (UTC).",
         widget=forms.DateInput(attrs={"type": "date"}),
     )
+
+    def clean_expires_on(self):
+        day = self.cleaned_data.get("expires_on")
+        # The key stops at the end of the day, midnight after it: the calendar's last day
+        # has none (an OverflowError, a 500, when it was computed).
+        if day is not None and day >= date.max:
+            raise forms.ValidationError(
+                f"Choose a day before {date.max.isoformat()}, or leave it empty for a key that does not expire."
+            )
+        return day
 
     def expires_at(self) -> datetime | None:
         """The end of the chosen day, UTC: the first moment the key no longer works."""

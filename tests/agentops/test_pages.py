@@ -554,6 +554,16 @@ def test_api_key_with_an_expiry_works_through_the_chosen_day(signed_in, tenant):
     assert (key.expires_at.hour, key.expires_at.minute) == (0, 0)
 
 
+def test_api_key_valid_until_the_last_day_of_the_calendar_is_a_form_error(signed_in, tenant):
+    response = signed_in(tenant.admin).post(
+        f"{PROJECT}/api-keys/", {"name": "forever", "scopes": ["read"], "expires_on": "9999-12-31"}
+    )
+
+    assert response.status_code == 400
+    assert "Choose a day before 9999-12-31, or leave it empty for a key that does not expire." in text(response)
+    assert not ApiKey.dangerously_unscoped_objects.filter(name="forever").exists()
+
+
 def test_api_key_without_scopes_is_refused_with_a_form_error(signed_in, tenant):
     response = signed_in(tenant.admin).post(f"{PROJECT}/api-keys/", {"name": "nothing"})
 
