@@ -130,7 +130,7 @@ class ConsoleFilterForm(forms.Form):
         data = self.cleaned_data if self.is_valid() else {}
         today = timezone.now().astimezone(UTC).date()
         end = data.get("end") or today
-        start = data.get("start") or end - timedelta(days=29)
+        start = data.get("start") or spend.thirty_days_to(end)
         model = self.data.get("model") if "model" in self.data else None
         return data.get("level") or "organization", spend.ConsoleFilters(
             start=start,

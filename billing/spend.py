@@ -75,6 +75,13 @@ class Window:
         return [self.start + timedelta(days=offset) for offset in range((self.end - self.start).days + 1)]
 
 
+def thirty_days_to(end: date) -> date:
+    """The first day of the 30 days ending on ``end`` (the default range of the spend API
+    and the console), or the calendar's first day: 29 days before 0001-01-05 is no date
+    (an OverflowError, a 500, when subtracted)."""
+    return date.fromordinal(max(date.min.toordinal(), end.toordinal() - 29))
+
+
 def period_window(period: str, *, today: date | None = None) -> Window:
     """The days of a billing-page period: the last 30 or 90 days (today included) or
     this calendar month so far."""

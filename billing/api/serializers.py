@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date
 from decimal import Decimal
 
 from rest_framework import serializers
@@ -43,7 +43,7 @@ class SpendQuerySerializer(InputSerializer):
     def validate(self, data):
         today = spend.period_window("30d").end
         end = data.get("end") or today
-        start = data.get("start") or min(end, today) - timedelta(days=29)
+        start = data.get("start") or spend.thirty_days_to(min(end, today))
         if end < start:
             raise serializers.ValidationError({"end": [f"the range ends ({end}) before it starts ({start})"]})
         if (end - start).days + 1 > MAX_DAYS:

@@ -126,6 +126,12 @@ def test_bad_spend_queries_are_a_400_naming_the_problem(tenant, client_for, quer
     assert message in str(response.json())
 
 
+def test_spend_ending_in_the_calendars_first_month_starts_on_its_first_day(tenant, client_for):
+    response = client_for(tenant.owner).get(ORG.format(org="acme") + "/spend/?end=0001-01-05")
+    assert response.status_code == 200, response.content
+    assert (response.json()["start"], response.json()["end"]) == ("0001-01-01", "0001-01-05")
+
+
 @pytest.mark.parametrize("role", ["member", "viewer"])
 def test_members_and_viewers_cannot_read_spend_or_change_budgets(tenant, client_for, spend, role):
     client = client_for(getattr(tenant, role))

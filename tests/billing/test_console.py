@@ -197,6 +197,11 @@ def test_spend_filters_by_days(staff, tenant, client):
     assert row["cost"] == Decimal("7")
 
 
+def test_spend_ending_in_the_calendars_first_month_is_a_page(staff, tenant, client):
+    client.force_login(staff)
+    assert client.get(CONSOLE + "spend/?end=0001-01-05").status_code == 200
+
+
 def test_recompute_page_previews_then_applies(staff, tenant, usage, client):
     price = Price.objects.create(
         pattern="mistral-large-2512",
