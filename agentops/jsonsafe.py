@@ -2,7 +2,8 @@
 carries (the API's bodies, the pages' JSON textareas, uploaded files) is parsed by
 ``loads`` and every value bound for a jsonb or text column is checked by
 ``storage_problem``, so a bad value is a clear 400 rather than a database error or a
-RecursionError (a 500).
+RecursionError (a 500). A query string is checked by ``query_problem`` (the API's
+endpoints and the pages, before anything is looked up).
 
 What must be stored rather than refused (telemetry, what the platform produced itself)
 goes through one cleaner with two variants, chosen by name: ``storable_lossy`` (NaN
@@ -250,6 +251,16 @@ def storable_lossy(value: Any) -> Any:
     surrogates become ?, what is nested deeper than MAX_DEPTH is replaced by a note; a
     value that is not JSON (a Decimal, say) is left as it is."""
     return _storable(value, 1, False, _ignore)
+
+
+def query_problem(query: Mapping) -> str | None:
+    """What no query parameter of ``query`` (a QueryDict) may hold, named, or None: a NUL
+    character (no stored value holds one, and PostgreSQL refuses it as a query's
+    parameter: psycopg's DataError, a 500 from any filter that passed the text on)."""
+    for name, values in query.lists():
+        if "\x00" in name or any("\x00" in value for value in values):
+            return f"the query parameter {name!r} {NUL}"
+    return None
 
 
 def storable_lossless(value: Any, *, note: Callable[[str], None] = _ignore) -> Any:

@@ -32,7 +32,8 @@ from django.views import View
 
 from agentops import live, selectors
 from agentops.access import Access, resolve_organization, resolve_project
-from agentops.errors import Forbidden, NotFound, ServiceError
+from agentops.errors import Forbidden, InvalidRequest, NotFound, ServiceError
+from agentops.jsonsafe import query_problem
 from agentops.scoping import organization_scope, reset_scope
 
 
@@ -134,6 +135,8 @@ class OrganizationPage(View):
                 except Forbidden as exc:
                     return forbidden(request, exc.message, self.page_context())
                 try:
+                    if problem := query_problem(request.GET):
+                        raise InvalidRequest(problem)
                     response = super().dispatch(request, *args, **kwargs)
                     # A lazily rendered response would otherwise render after the scope ends.
                     if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:

@@ -14,18 +14,9 @@ from rest_framework import generics
 
 from agentops.access import Access, resolve_member_project, resolve_organization, resolve_project
 from agentops.errors import Forbidden, InvalidRequest
-from agentops.jsonsafe import NUL
+from agentops.jsonsafe import query_problem
 from agentops.models import ApiKey
 from agentops.scoping import TenantQuerySet, enter_organization_scope, reset_scope
-
-
-def refuse_unstorable_query(request) -> None:
-    """A 400 for a query parameter with a NUL character: no stored value holds one, and
-    PostgreSQL refuses it as a query's parameter (psycopg's DataError: a 500 from every
-    filter that passed the text on, ``?status=%00``)."""
-    for name, values in request.query_params.lists():
-        if "\x00" in name or any("\x00" in value for value in values):
-            raise InvalidRequest(f"the query parameter {name!r} {NUL}")
 
 
 class OrganizationEndpoint(generics.GenericAPIView):
@@ -51,7 +42,8 @@ class OrganizationEndpoint(generics.GenericAPIView):
     def initial(self, request, *args, **kwargs):
         # First, before DRF reads ``?format=`` (an unknown one is its 404) or anything
         # is looked up: the answer is the same whoever asks.
-        refuse_unstorable_query(request)
+        if problem := query_problem(request.query_params):
+            raise InvalidRequest(problem)
         super().initial(request, *args, **kwargs)  # authentication, throttling
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
         if api_key is not None and not self.allow_api_keys:

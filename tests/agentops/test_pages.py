@@ -121,6 +121,14 @@ def test_page_is_forbidden_with_the_reason_below_the_role_it_needs(signed_in, te
     assert "Your role (member) does not allow you to" in text(response)
 
 
+@pytest.mark.parametrize("path", PAGES)
+def test_a_nul_character_in_a_query_parameter_is_a_400_page_naming_it(signed_in, tenant, path):
+    response = signed_in(tenant.owner).get(path, {"page": "1\x00"})
+
+    assert response.status_code == 400
+    assert "The query parameter &#x27;page&#x27; contains a NUL character, which cannot be stored" in text(response)
+
+
 @pytest.mark.parametrize("path", [*PAGES, "/"])
 def test_signed_out_visitor_is_sent_to_login(client, tenant, path):
     response = client.get(path)

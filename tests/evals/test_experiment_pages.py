@@ -467,6 +467,15 @@ def test_leaderboard_filters_by_branch_agent_and_model(client, tenant, board):
     assert "No ended experiment matches" in client.get(page, {"branch": "nope"}).content.decode()
 
 
+@pytest.mark.parametrize("name", ["branch", "agent", "model"])
+@pytest.mark.parametrize("page", ["leaderboard", "leaderboard-export"])
+def test_leaderboard_filter_with_a_nul_character_is_a_400_naming_it(client, tenant, board, page, name):
+    client.force_login(tenant.viewer)
+    response = client.get(url(page, dataset_id=board[0].pk), {name: "ma\x00in"})
+    assert response.status_code == 400
+    assert f"The query parameter &#x27;{name}&#x27; contains a NUL character" in response.content.decode()
+
+
 def test_leaderboard_leaves_out_running_experiments(client, tenant, setup, board):
     dataset = board[0]
     running = _start(tenant, setup)
