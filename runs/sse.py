@@ -70,7 +70,7 @@ def last_event_id(request) -> int:
     if raw is None or raw.strip() == "":
         return 0
     raw = raw.strip()
-    if not raw.isdigit() or int(raw) > MAX_EVENT_ID:
+    if not raw.isdecimal() or int(raw) > MAX_EVENT_ID:
         raise ServiceError(f"Last-Event-ID must be an event id (a whole number from 0), not {raw[:40]!r}")
     return int(raw)
 

@@ -218,7 +218,7 @@ class AgentDetailPage(ProjectPage):
 
 
 def _number(value: str | None) -> int | None:
-    return int(value) if value and value.isdigit() else None
+    return int(value) if value and value.isdecimal() else None
 
 
 class AgentEditAction(AgentDetailPage):

@@ -106,7 +106,7 @@ def _upto(request, session: Session) -> int:
     raw = request.GET.get("upto", "")
     if raw == "":
         return session.event_seq
-    if not raw.isdigit() or len(raw) > 18:
+    if not raw.isdecimal() or len(raw) > 18:
         raise InvalidRequest(f"upto must be an event id (a whole number from 0), not {raw[:40]!r}")
     return int(raw)
 
@@ -123,7 +123,7 @@ class ChatLiveFragment(ProjectPage):
         turn = None
         run_id = request.GET.get("run", "")
         if run_id:
-            run = Run.objects.filter(agent_session=session, pk=run_id).first() if run_id.isdigit() else None
+            run = Run.objects.filter(agent_session=session, pk=run_id).first() if run_id.isdecimal() else None
             if run is None:
                 raise Http404("turn not found")
             turn = turn_at(session, run, upto)
@@ -194,7 +194,7 @@ class ChatDecideAction(ChatSessionAction):
         if decision not in ("approve", "reject"):
             raise InvalidRequest("choose to approve or reject the call; nothing was decided")
         approval_id = data.get("approval", "")
-        if approval_id and not approval_id.isdigit():
+        if approval_id and not approval_id.isdecimal():
             raise InvalidRequest(f"approval must be an approval's id, not {approval_id[:40]!r}")
         arguments = None
         text = data.get("arguments", "").strip()
@@ -278,7 +278,9 @@ class ChatStartAction(ProjectPage):
     def post(self, request, org_slug, project_slug):
         agent_id = request.POST.get("agent", "")
         agent = (
-            Agent.objects.filter(project=self.project, pk=agent_id, platform="").first() if agent_id.isdigit() else None
+            Agent.objects.filter(project=self.project, pk=agent_id, platform="").first()
+            if agent_id.isdecimal()
+            else None
         )
         try:
             if agent is None:

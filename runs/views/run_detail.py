@@ -145,7 +145,7 @@ class RunDetailPage(RunPageMixin, ProjectPage):
         now = timezone.now()
         tab = _tab(request)
         selected = None
-        if tab == "trace" and request.GET.get("step", "").isdigit():
+        if tab == "trace" and request.GET.get("step", "").isdecimal():
             selected = selectors.step_list(run=run).filter(pk=int(request.GET["step"])).first()
         return self.render_page(
             "runs/detail.html",

@@ -93,6 +93,10 @@ def test_viewer_sees_the_agent_pages_without_their_forms(signed_in, tenant):
     assert 'id="edit-agent"' not in text(detail) and "Members start runs" in text(detail)
     assert 'id="version-1"' in text(detail)
 
+    # A version that is no number shows the latest: "²" passed str.isdigit() but not int().
+    for version in ("two", "²"):
+        assert 'id="version-1"' in text(client.get(f"{BASE}/agents/{agent.pk}/", {"version": version}))
+
     tools = client.get(f"{BASE}/agents/tools/")
     assert tools.status_code == 200 and "lookup_order" in text(tools)
     assert 'id="new-tool"' not in text(tools) and "Delete</button>" not in text(tools)

@@ -142,6 +142,9 @@ def test_the_live_fragment_refuses_a_bad_upto_and_another_sessions_turn(signed_i
     client = signed_in(tenant.viewer)
     bad = client.get(f"{BASE}/{session.pk}/live/", {"upto": "ten"})
     assert bad.status_code == 400 and "upto must be an event id" in text(bad).lower()
+    superscript = client.get(f"{BASE}/{session.pk}/live/", {"upto": "²"})  # isdigit(), but no int
+    assert superscript.status_code == 400 and "upto must be an event id" in text(superscript).lower()
+    assert client.get(f"{BASE}/{session.pk}/live/", {"run": "²"}).status_code == 404
     assert client.get(f"{BASE}/{session.pk}/live/", {"run": run.pk}).status_code == 404
     assert client.get(f"{BASE}/{session.pk}/live/", {"run": "x"}).status_code == 404
     fragment = text(client.get(f"{BASE}/{other.pk}/live/", {"run": run.pk}))

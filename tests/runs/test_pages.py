@@ -273,6 +273,8 @@ def urls_of(run: Run, step: Step, message_id: int, base: str = BASE) -> list[tup
         (f"{detail}/?tab=tools", {}),
         (f"{detail}/?tab=memory", {}),
         (f"{detail}/?tab=trace&step={step.pk}", {}),
+        # A digit that is no decimal digit: str.isdigit() took it, int() did not (a 500).
+        (f"{detail}/?tab=trace&step=²", {}),
         (f"{detail}/live/?tab=trace", HTMX),
         (f"{detail}/live/?tab=memory", HTMX),
         (f"{detail}/steps/{step.pk}/", HTMX),

@@ -196,7 +196,7 @@ def test_an_idle_stream_sends_heartbeats(tenant, settings):
 def test_a_malformed_last_event_id_is_400(tenant):
     session = _session(tenant)
     url = f"{BASE}/agent-sessions/{session.pk}/events/"
-    for bad in ("abc", "-1", "1.5", "9" * 30):
+    for bad in ("abc", "-1", "1.5", "9" * 30, "²"):
         response, _ = asyncio.run(_read(url, user=tenant.member, headers={"Last-Event-ID": bad}, until=bool))
         assert response.status_code == 400 and "Last-Event-ID" in json.loads(response.content)["error"]["message"]
 
