@@ -103,7 +103,7 @@ def register(subparsers) -> None:
 
 
 def _session_id(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not an id (a whole number from 1)")
     return int(text)
 

@@ -44,7 +44,7 @@ class Event:
     @property
     def number(self) -> int | None:
         """The id as a number (the platform's ids are), None when it is not one."""
-        return int(self.id) if self.id is not None and self.id.isdigit() else None
+        return int(self.id) if self.id is not None and self.id.isascii() and self.id.isdigit() else None
 
 
 class Parser:
@@ -109,7 +109,9 @@ class Parser:
             if "\0" not in value:
                 self.last_id = value
         elif name == "retry":
-            if value.isdigit():
+            # ASCII digits only, as the specification says: str.isdigit() alone also
+            # takes "²", which int() refuses (a garbled stream stopped the client).
+            if value.isascii() and value.isdigit():
                 self.retry_ms = int(value)
         return None
 

@@ -64,6 +64,12 @@ def test_an_event_is_dispatched_only_at_its_blank_line_and_decodes_as_json():
     assert event.number == 9 and event.json() == {"output": "42"}
 
 
+def test_a_garbled_retry_or_id_is_ignored_not_a_crash():
+    parser = Parser()
+    (event,) = parser.feed("retry: \u00b2\nid: \u00b2\ndata: x\n\n".encode())
+    assert parser.retry_ms is None and event.number is None
+
+
 class FlakyStream:
     """An event stream that drops the connection after its first events (mid-frame), and
     on reconnection resends from one before the Last-Event-ID it is given (an overlap a
