@@ -11,14 +11,15 @@ from django.utils import timezone
 
 from agentops.scoping import organization_scope
 from evals.bulk_export.services import UNCLAIMED_SECONDS, exports_to_recover
-from evals.models import Experiment, ExportJob
-from evals.services.experiments import stalled_work
+from evals.models import Experiment, ExperimentResult, ExportJob
+from evals.services.experiments import experiment_start, stalled_work
 from jobs.models import Job
 from jobs.services import due_job_ids
 from jobs.tasks import OVERDUE_SECONDS
 from runs.execution import stalled_run_ids
 from runs.models import Run, SessionMessage
 from runs.services.agents import agent_create
+from tests.evals.factories import experiment_setup
 from tests.evals.test_api_experiments import evals_setup_for
 from tests.evals.test_api_exports import make_destination
 from tests.jobs.factories import ScriptedBackend, build_backends_with, make_backend
@@ -82,6 +83,28 @@ def test_an_experiment_started_while_redis_is_down_is_advanced_by_the_sweeper(te
     assert experiment.status == Experiment.Status.QUEUED
     experiments, _results = stalled_work()
     assert (tenant.organization.pk, experiment.pk) in experiments
+
+
+def test_external_results_reported_while_redis_is_down_are_stored_and_scored_by_the_sweeper(
+    tenant, client_for, broker_down
+):
+    agent, dataset, evaluators = experiment_setup(tenant)
+    with organization_scope(tenant.organization):
+        experiment = experiment_start(
+            project=tenant.project, actor=tenant.member, dataset=dataset, evaluators=evaluators[:1], kind="external"
+        )
+    response = client_for(tenant.member).post(
+        f"{API}/experiments/{experiment.pk}/results/",
+        {"results": [{"item": "q0", "output": "answer to question 0"}]},
+        format="json",
+    )
+    assert response.status_code == 202, response.content
+    (result,) = ExperimentResult.dangerously_unscoped_objects.filter(experiment=experiment, status="scoring")
+    ExperimentResult.dangerously_unscoped_objects.filter(pk=result.pk).update(
+        updated_at=timezone.now() - timedelta(hours=1)
+    )
+    _experiments, results = stalled_work()
+    assert (tenant.organization.pk, result.pk) in results
 
 
 def test_an_export_created_or_retried_while_redis_is_down_is_sent_by_the_sweeper(

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from agentops import rows
 from agentops.models import Organization, Project
+from agentops.queueing import send_or_leave_to_sweeper
 from agentops.scoping import organization_id_for_sql
 from evals import live, tasks
 from evals.models import DatasetItem, Experiment, ExperimentResult, Score
@@ -250,6 +251,9 @@ def _announce_result(experiment: Experiment, result_id: int) -> None:
 
 
 def enqueue_scoring(organization_id: int, result_ids: list[int]) -> None:
-    """Queue each result's scoring on a worker (``evals.tasks.score_result``)."""
+    """Queue each result's scoring on a worker (``evals.tasks.score_result``). Called
+    after the commit that stored the results: while the broker is down the results wait
+    in ``scoring`` for ``recover_experiments``, and the request that reported them still
+    answers with its 2xx (it answered a 503 for results it had stored)."""
     for result_id in result_ids:
-        tasks.score_result.delay(organization_id, result_id)
+        send_or_leave_to_sweeper(tasks.score_result, organization_id, result_id)
