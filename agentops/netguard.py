@@ -13,13 +13,15 @@ and connect to one of the addresses just checked, so what is called is what was 
 ``check_connections`` does the same to a client library's own urllib3 pool manager, and
 ``checked_transport`` is an ``httpx2`` transport whose connections do it too. A request
 sent through a proxy (``HTTPS_PROXY`` in a worker's environment) is resolved by the
-proxy: for it only the check before the call applies.
+proxy: for it only the check before the call applies. And an answer from such a URL is
+read within a deadline for the whole of it (``read_within``).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import time
 from urllib.parse import urlsplit
 
 import httpcore2
@@ -225,3 +227,22 @@ def checked_transport(**options) -> httpx2.HTTPTransport:
     # read on every new connection. The rebinding tests fail if the attribute moves.
     transport._pool._network_backend = _CheckedNetworkBackend()
     return transport
+
+
+def read_within(response, *, max_bytes: int, deadline: float) -> bytes:
+    """The body of a streamed ``requests`` response, at most ``max_bytes`` + 1 bytes (so
+    the caller can tell it was over), read before ``deadline`` (a ``time.monotonic()``
+    instant). ``requests``' timeout bounds each wait for bytes, not the whole answer:
+    a server trickling a byte just inside it held a worker, and the run or score waiting
+    on it, for days (200 kB at 10 s a byte). Raises ``requests.Timeout`` past the deadline."""
+    chunks, total = [], 0
+    while total <= max_bytes:
+        # read1: what the next receive brings, instead of waiting for the whole amount.
+        chunk = response.raw.read1(max_bytes + 1 - total, decode_content=True)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        if time.monotonic() > deadline:
+            raise requests.Timeout("the answer took longer than its deadline")
+    return b"".join(chunks)

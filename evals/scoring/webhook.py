@@ -17,7 +17,7 @@ from dataclasses import asdict
 import requests
 
 from agentops.errors import InvalidRequest
-from agentops.netguard import UnsafeUrlError, check_outbound_url, outbound_session
+from agentops.netguard import UnsafeUrlError, check_outbound_url, outbound_session, read_within
 from evals.scoring.config import ConfigReader
 from evals.scoring.registry import EvaluatorKind, register
 from evals.scoring.subject import Outcome, Subject
@@ -108,7 +108,7 @@ class Webhook(EvaluatorKind):
                     url, data=body, headers=headers, timeout=timeout, stream=True, allow_redirects=False
                 ) as response,
             ):
-                raw = response.raw.read(WEBHOOK_RESPONSE_MAX_BYTES + 1, decode_content=True)
+                raw = read_within(response, max_bytes=WEBHOOK_RESPONSE_MAX_BYTES, deadline=started + timeout)
         except UnsafeUrlError as exc:  # the name now resolves to a private address
             return Outcome(value=None, error=f"the webhook's URL is refused: {exc}")
         except requests.Timeout:

@@ -6,6 +6,7 @@ import ast
 import json
 import math
 import operator
+import time
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -13,7 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import requests
 from django.conf import settings
 
-from agentops.netguard import UnsafeUrlError, check_outbound_url, outbound_session
+from agentops.netguard import UnsafeUrlError, check_outbound_url, outbound_session, read_within
 from runs.tools.base import Tool, ToolContext, ToolError
 
 # --- calculator ---------------------------------------------------------------------
@@ -144,11 +145,12 @@ def http_fetch(arguments: dict, context: ToolContext) -> dict:
     except UnsafeUrlError as exc:
         raise ToolError(str(exc)) from None
     try:
+        deadline = time.monotonic() + FETCH_TIMEOUT_SECONDS
         with (
             outbound_session() as session,
             session.get(url, timeout=FETCH_TIMEOUT_SECONDS, stream=True, allow_redirects=False) as response,
         ):
-            body = response.raw.read(FETCH_MAX_BYTES + 1, decode_content=True)
+            body = read_within(response, max_bytes=FETCH_MAX_BYTES, deadline=deadline)
     except UnsafeUrlError as exc:  # the name now resolves to a private address
         raise ToolError(str(exc)) from None
     except requests.RequestException as exc:

@@ -18,7 +18,7 @@ import time
 import requests
 
 from agentops import crypto, jsonsafe
-from agentops.netguard import UnsafeUrlError, check_outbound_url, outbound_session
+from agentops.netguard import UnsafeUrlError, check_outbound_url, outbound_session, read_within
 from runs.models import WebhookTool
 from runs.tools.base import Tool, ToolContext, ToolError
 
@@ -47,6 +47,7 @@ def call_webhook(tool: WebhookTool, arguments: dict, context: ToolContext) -> ob
         "X-AgentOps-Timestamp": timestamp,
         "X-AgentOps-Signature": signature(crypto.decrypt(tool.secret_ciphertext), timestamp, body),
     }
+    deadline = time.monotonic() + tool.timeout_seconds
     try:
         with (
             outbound_session() as session,
@@ -54,7 +55,7 @@ def call_webhook(tool: WebhookTool, arguments: dict, context: ToolContext) -> ob
                 tool.url, data=body, headers=headers, timeout=tool.timeout_seconds, stream=True, allow_redirects=False
             ) as response,
         ):
-            raw = response.raw.read(RESPONSE_MAX_BYTES + 1, decode_content=True)
+            raw = read_within(response, max_bytes=RESPONSE_MAX_BYTES, deadline=deadline)
     except UnsafeUrlError as exc:  # the name now resolves to a private address
         raise ToolError(f"the tool's URL is refused: {exc}") from None
     except requests.Timeout:

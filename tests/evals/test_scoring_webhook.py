@@ -25,6 +25,7 @@ class _Scorer(BaseHTTPRequestHandler):
     received: list = []
     # (status, body bytes, delay in seconds)
     reply: tuple = (200, b'{"score": 0.75, "reasoning": "mostly right"}', 0.0)
+    trickle: float = 0.0  # seconds between the body's bytes (0: all at once)
 
     def do_POST(self):  # noqa: N802 - http.server's name
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -36,7 +37,12 @@ class _Scorer(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
-            self.wfile.write(payload)
+            if not type(self).trickle:
+                self.wfile.write(payload)
+            for byte in payload if type(self).trickle else b"":
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(type(self).trickle)
         except (BrokenPipeError, ConnectionResetError):
             pass  # The evaluator gave up waiting.
 
@@ -48,6 +54,7 @@ class _Scorer(BaseHTTPRequestHandler):
 def scorer_url():
     _Scorer.received = []
     _Scorer.reply = (200, b'{"score": 0.75, "reasoning": "mostly right"}', 0.0)
+    _Scorer.trickle = 0.0
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Scorer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/score"
@@ -155,6 +162,15 @@ def test_a_bad_answer_leaves_no_score_and_says_what_was_wrong(tenant, scorer_url
 def test_a_slow_webhook_times_out(tenant, scorer_url):
     evaluator, _secret = make_webhook(tenant, scorer_url, timeout_seconds=1)
     _Scorer.reply = (200, b'{"score": 1}', 1.5)
+    outcome = score(tenant, evaluator)
+    assert outcome.value is None and outcome.error == "the webhook did not answer within 1 s"
+
+
+def test_a_webhook_trickling_its_answer_times_out_on_the_whole_answer(tenant, scorer_url):
+    # Each byte comes well inside the timeout; the whole answer (40 bytes, 10 s) does not.
+    evaluator, _secret = make_webhook(tenant, scorer_url, timeout_seconds=1)
+    _Scorer.reply = (200, b'{"score": 1' + b" " * 28 + b"}", 0.0)
+    _Scorer.trickle = 0.25
     outcome = score(tenant, evaluator)
     assert outcome.value is None and outcome.error == "the webhook did not answer within 1 s"
 

@@ -4,6 +4,7 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -61,6 +62,7 @@ def test_memory_tools_share_the_runs_scratch_memory():
 class _Recorder(BaseHTTPRequestHandler):
     received: list = []
     reply = (200, b'{"temperature": 21}')
+    trickle = 0.0  # seconds between the answer's bytes (0: all at once)
 
     def do_POST(self):  # noqa: N802 - http.server's name
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -69,7 +71,15 @@ class _Recorder(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
-        self.wfile.write(payload)
+        try:
+            if not type(self).trickle:
+                self.wfile.write(payload)
+            for byte in payload if type(self).trickle else b"":
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(type(self).trickle)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # The platform gave up waiting.
 
     def do_GET(self):  # noqa: N802
         self.send_response(200)
@@ -119,6 +129,20 @@ def test_webhook_tool_errors_become_tool_errors(tenant, tool_server):
                 tools_for(project=tenant.project, names=["flaky"])["flaky"].call({}, ToolContext())
     finally:
         _Recorder.reply = (200, b'{"temperature": 21}')
+
+
+def test_webhook_tool_trickling_its_answer_times_out_on_the_whole_answer(tenant, tool_server):
+    # Each byte comes well inside the tool's timeout; the whole answer (40 bytes, 10 s) does not.
+    _Recorder.reply, _Recorder.trickle = (200, b'{"temperature": 21' + b" " * 21 + b"}"), 0.25
+    try:
+        with organization_scope(tenant.organization):
+            webhook_tool_create(
+                project=tenant.project, actor=None, name="slow", url=f"{tool_server}/x", timeout_seconds=1
+            )
+            with pytest.raises(ToolError, match="the tool did not answer within 1 s"):
+                tools_for(project=tenant.project, names=["slow"])["slow"].call({}, ToolContext())
+    finally:
+        _Recorder.reply, _Recorder.trickle = (200, b'{"temperature": 21}'), 0.0
 
 
 @pytest.mark.parametrize("status", [302, 307])
