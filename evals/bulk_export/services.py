@@ -82,6 +82,10 @@ def _checked(project, *, kind: str, destination_id, tables, start_date: date, en
         raise InvalidRequest(f"unknown export kind {kind!r}; the kinds are {', '.join(EXPORT_KINDS)}")
     if end_date < start_date:
         raise InvalidRequest("the date range is backwards: end_date is before start_date")
+    if end_date >= date.max:
+        # The export reads up to the midnight after end_date, which that day has none of:
+        # the job was accepted, then failed on its worker with an OverflowError.
+        raise InvalidRequest(f"end_date must be before {date.max.isoformat()}")
     destination = ExportDestination.objects.filter(pk=destination_id).first()
     if destination is None:
         raise InvalidRequest(f"no export destination with id {destination_id} in this organization")

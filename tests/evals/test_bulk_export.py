@@ -200,6 +200,15 @@ def test_backwards_date_range_is_refused_at_creation(tenant, folder):
     assert not ExportJob.dangerously_unscoped_objects.exists()
 
 
+def test_a_range_ending_on_the_calendars_last_day_is_refused_at_creation(tenant, folder):
+    with organization_scope(tenant.organization), pytest.raises(InvalidRequest, match="end_date must be before 9999"):
+        services.export_create(
+            project=tenant.project, actor=tenant.admin, destination_id=folder.pk,
+            start_date=date(9999, 12, 30), end_date=date(9999, 12, 31),
+        )  # fmt: skip
+    assert not ExportJob.dangerously_unscoped_objects.exists()
+
+
 @pytest.mark.parametrize("path", ["../outside", "/etc", "acme/../../outside"])
 def test_folder_path_escaping_export_root_is_refused(tenant, export_root, path):
     with organization_scope(tenant.organization), pytest.raises(InvalidRequest):
