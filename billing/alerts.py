@@ -224,12 +224,19 @@ def _deliver_webhook(alert: BudgetAlert, budget: Budget) -> str:
         url = check_outbound_url(crypto.decrypt(budget.webhook_ciphertext))
         # Slack's incoming-webhook shape, which Mattermost, Discord (/slack) and
         # Teams workflows accept too. No redirects, and the session connects only to an
-        # address it has just checked: the checked host is the one called.
-        with outbound_session() as session:
-            response = session.post(url, json={"text": alert.message}, timeout=WEBHOOK_TIMEOUT, allow_redirects=False)
+        # address it has just checked: the checked host is the one called. The status is
+        # all the delivery records: the body is never read (read, an endless or trickled
+        # one held the worker, the timeout bounding each wait only).
+        with (
+            outbound_session() as session,
+            session.post(
+                url, json={"text": alert.message}, timeout=WEBHOOK_TIMEOUT, allow_redirects=False, stream=True
+            ) as response,
+        ):
+            status = response.status_code
     except Exception as exc:  # noqa: BLE001 - a failed channel is recorded, never raised
         logger.warning("could not call the webhook of budget %s", budget.pk, exc_info=True)
         return f"failed: {exc.__class__.__name__}: {str(exc)[:200]}"
-    if response.status_code >= 300:
-        return f"failed: HTTP {response.status_code}"
-    return f"sent (HTTP {response.status_code})"
+    if status >= 300:
+        return f"failed: HTTP {status}"
+    return f"sent (HTTP {status})"

@@ -129,6 +129,41 @@ def test_failed_channels_are_recorded_never_raised(tenant, announced, settings, 
     assert alert.deliveries["webhook"].startswith("failed: ConnectionError")
 
 
+def test_a_webhook_answer_is_not_read_only_its_status(tenant, announced):
+    """A webhook answering an endless body (64 MiB here) is hung up on after its status,
+    instead of being read to the end while the alerts' worker waits."""
+    written, done = [], threading.Event()
+
+    class Endless(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", str(64 * 2**20))
+            self.end_headers()
+            try:
+                for _ in range(64):
+                    self.wfile.write(b"x" * 2**20)
+                written.append("all of it")
+            except (BrokenPipeError, ConnectionResetError):
+                written.append("hung up on")
+            finally:
+                done.set()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        org_budget(tenant, amount="1", thresholds=[100], webhook_url=f"http://127.0.0.1:{server.server_address[1]}/")
+        spend(tenant.project, "1")
+        (alert,) = evaluate_alerts(tenant.organization.pk)
+        assert alert.deliveries["webhook"] == "sent (HTTP 200)"
+        assert done.wait(timeout=60) and written == ["hung up on"]
+    finally:
+        server.shutdown()
+
+
 def test_webhook_is_checked_again_when_called(tenant, announced, webhook_server, settings):
     url, received = webhook_server
     org_budget(tenant, amount="1", thresholds=[100], webhook_url=url)
