@@ -259,7 +259,8 @@ def query_problem(query: Mapping) -> str | None:
     parameter: psycopg's DataError, a 500 from any filter that passed the text on)."""
     for name, values in query.lists():
         if "\x00" in name or any("\x00" in value for value in values):
-            return f"the query parameter {name!r} {NUL}"
+            # Named as a body's field is ("input: contains a NUL ..."), the API's way.
+            return f"{name}: {NUL}"
     return None
 
 
