@@ -85,9 +85,11 @@ def log_runs_to_wandb(self, organization_id: int, run_ids: list[int]) -> int:
 @shared_task
 def sweep_wandb() -> int:
     """Queue for W&B the ended runs and the newly scored runs of every project that logs
-    runs (every 30 s): ingested runs send no signal."""
-    from evals.services.wandb_export import sweep
+    runs (every 30 s): ingested runs send no signal. And send again the loggings whose
+    message was lost (the broker down when they were queued, a dead worker)."""
+    from evals.services.wandb_export import send_lost_exports, sweep
 
+    send_lost_exports()
     return sweep()
 
 

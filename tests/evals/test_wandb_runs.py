@@ -8,10 +8,12 @@ import json
 import struct
 import threading
 import time
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 from wandb.proto import wandb_internal_pb2
 
 from agentops.models import ProviderSecret
@@ -19,7 +21,9 @@ from agentops.scoping import organization_scope
 from agentops.services.secrets import provider_secret_set
 from evals.models import WandbExport
 from evals.services.experiments import experiment_start
-from evals.services.wandb_export import log_experiment, log_runs, sweep
+from evals.services.wandb_export import log_experiment, log_runs, lost_exports, sweep
+from evals.services.wandb_export.retry import LOST_AFTER
+from evals.tasks import sweep_wandb
 from runs.events import RunEvent, StepEvent
 from runs.ingest import ingest
 from runs.models import Run
@@ -312,3 +316,44 @@ def test_the_wandb_key_is_the_organizations(tenant, other_tenant, offline):
     ingest_ended_run(tenant)
     assert sweep() == 0
     assert ProviderSecret.dangerously_unscoped_objects.count() == 1
+
+
+# --- Messages lost: the broker down when a logging was queued, a dead worker -------------------
+
+
+def test_a_retry_while_redis_is_down_is_accepted_and_sent_again_once_its_message_is_lost(
+    tenant, offline, client_for, broker_down
+):
+    choose(tenant, "runs")
+    run = ingest_ended_run(tenant)
+    with organization_scope(tenant.organization):
+        export = WandbExport.objects.create(
+            organization=tenant.organization, project=tenant.project, run=run, status="failed", error="HTTP 500"
+        )
+    response = client_for(tenant.admin).post(f"/api/v1/projects/acme/agent/exports/wandb/{export.pk}/retry/")
+    # Stored as queued: a 503 here made the client retry a retry that was in (then a 409).
+    assert response.status_code == 202, response.content
+    assert export_of(tenant, run).status == WandbExport.Status.QUEUED
+    assert lost_exports() == []  # a worker may still take it
+    WandbExport.dangerously_unscoped_objects.filter(pk=export.pk).update(
+        updated_at=timezone.now() - LOST_AFTER - timedelta(seconds=1)
+    )
+    assert lost_exports() == [(tenant.organization.pk, run.pk, None)]
+    assert lost_exports() == []  # stamped when found: sent once per LOST_AFTER
+
+
+def test_a_queued_logging_whose_message_was_lost_is_logged_by_the_sweep(celery_worker, tenant, offline):
+    choose(tenant, "runs")
+    run = ingest_ended_run(tenant)
+    with organization_scope(tenant.organization):
+        # Claimed (as the run's end or a sweep claims it), its message never delivered.
+        WandbExport.objects.create(
+            organization=tenant.organization,
+            project=tenant.project,
+            run=run,
+            status="queued",
+            updated_at=timezone.now() - LOST_AFTER - timedelta(seconds=1),
+        )
+    sweep_wandb()  # the beat's task; the sweep proper skips a run that has a row
+    wait_for(lambda: (e := export_of(tenant, run)) and e.status == WandbExport.Status.LOGGED, "the run logged")
+    assert [r for r in logged_runs(offline, f"agentops-run-{run.pk}") if r["summary"].get("status") == "succeeded"]

@@ -95,7 +95,7 @@ def on_run_ended(sender, run: Run, status: str, **kwargs) -> None:
         try:
             with organization_scope(organization_id):
                 if _wants_runs(project_id):
-                    _enqueue(organization_id, _claim(organization_id, project_id, [run_id]))
+                    enqueue_runs(organization_id, _claim(organization_id, project_id, [run_id]))
         except Exception:  # noqa: BLE001 - W&B must never fail the run; the sweep tries again
             logger.exception("run %s: queueing it for W&B failed", run_id)
 
@@ -121,7 +121,8 @@ def _claim(organization_id: int, project_id: int, run_ids: list[int]) -> list[in
         return sorted(row[0] for row in cursor.fetchall())
 
 
-def _enqueue(organization_id: int, run_ids: list[int]) -> None:
+def enqueue_runs(organization_id: int, run_ids: list[int]) -> None:
+    """Send ``log_runs_to_wandb`` for ``run_ids``, ``BATCH`` runs per task."""
     for start in range(0, len(run_ids), BATCH):
         log_runs_to_wandb.delay(organization_id, run_ids[start : start + BATCH])
 
@@ -197,7 +198,7 @@ def _sweep_project(organization_id: int, project_id: int, now: datetime) -> int:
             again.append(run_id)
     scores_until = now if len(rescored) < MAX_RUNS_PER_SWEEP else cursor.scores_seen_until
     WandbCursor.objects.filter(pk=cursor.pk).update(runs_seen_until=runs_until, scores_seen_until=scores_until)
-    _enqueue(organization_id, sorted(claimed + again))
+    enqueue_runs(organization_id, sorted(claimed + again))
     return len(claimed) + len(again)
 
 
