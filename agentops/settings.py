@@ -540,6 +540,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_SCHEMA_CLASS": "agentops.api.schema.PlatformAutoSchema",
+    # An unknown ?format= is a 400 naming it (DRF's own answer is a bare 404).
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "agentops.api.negotiation.ContentNegotiation",
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",

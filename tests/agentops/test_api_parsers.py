@@ -78,6 +78,15 @@ def test_no_value_of_a_query_parameter_makes_a_500(world, operation):
 RUNS = "/api/v1/projects/acme/agent/runs/"
 
 
+def test_an_unknown_format_is_a_400_naming_the_formats_and_a_known_one_is_served(tenant, client_for):
+    client = client_for(tenant.member)
+    response = client.get(RUNS, {"format": "xml"})
+    assert response.status_code == 400
+    assert message_of(response) == "format: 'xml' is not a format of this endpoint; one of json, api"
+    assert client.get(RUNS, {"format": "json"}).status_code == 200
+    assert client.get(RUNS, {"format": "xml"}, HTTP_ACCEPT="text/html").status_code == 400
+
+
 @pytest.mark.parametrize(
     ("body", "problem"),
     [
