@@ -6,6 +6,7 @@ options are a 400 at creation, what the Hub refuses fails the job with the reaso
 from __future__ import annotations
 
 import logging
+from datetime import date
 
 import pytest
 import yaml
@@ -236,8 +237,8 @@ def test_hub_kinds_write_only_to_a_hub_destination_and_parquet_never_to_one(tena
                 project=tenant.project,
                 actor=tenant.admin,
                 destination_id=hub.pk,
-                start_date="2026-03-01",
-                end_date="2026-03-01",
+                start_date=date(2026, 3, 1),
+                end_date=date(2026, 3, 1),
             )
         with pytest.raises(InvalidRequest, match="does not run on a schedule"):
             services.schedule_create(
