@@ -19,6 +19,7 @@ read within a deadline for the whole of it (``read_within``).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import time
@@ -29,7 +30,6 @@ import httpx2
 import requests
 from django.conf import settings
 from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.poolmanager import PoolManager, ProxyManager
 
@@ -140,28 +140,27 @@ class CheckedAddressConnection:
         raise failure
 
 
-class _CheckedHTTPConnection(CheckedAddressConnection, HTTPConnection):
-    pass
+@functools.cache
+def _checked_pools(http_pool: type, https_pool: type) -> dict:
+    """Subclasses of the urllib3 pool classes ``http_pool`` and ``https_pool`` whose
+    connections are their own with ``CheckedAddressConnection`` first among the bases."""
+
+    def checked(pool: type) -> type:
+        connection = type(f"Checked{pool.ConnectionCls.__name__}", (CheckedAddressConnection, pool.ConnectionCls), {})
+        return type(f"Checked{pool.__name__}", (pool,), {"ConnectionCls": connection})
+
+    return {"http": checked(http_pool), "https": checked(https_pool)}
 
 
-class _CheckedHTTPSConnection(CheckedAddressConnection, HTTPSConnection):
-    pass
-
-
-class _CheckedHTTPConnectionPool(HTTPConnectionPool):
-    ConnectionCls = _CheckedHTTPConnection
-
-
-class _CheckedHTTPSConnectionPool(HTTPSConnectionPool):
-    ConnectionCls = _CheckedHTTPSConnection
-
-
-def check_connections(pool_manager: PoolManager) -> PoolManager:
-    """Make the urllib3 ``pool_manager`` (a client library's own) connect only to an
-    address checked as it connects; a refused one raises ``UnsafeUrlError`` from the call.
-    A proxy manager is left as it is: the proxy, not this process, resolves the host."""
+def check_connections(
+    pool_manager: PoolManager, http_pool: type = HTTPConnectionPool, https_pool: type = HTTPSConnectionPool
+) -> PoolManager:
+    """Make the urllib3 ``pool_manager`` (a client library's own, with its own pool classes
+    ``http_pool`` and ``https_pool``, as botocore's) connect only to an address checked as
+    it connects; a refused one raises ``UnsafeUrlError`` from the call. A proxy manager is
+    left as it is: the proxy, not this process, resolves the host."""
     if not isinstance(pool_manager, ProxyManager):
-        pool_manager.pool_classes_by_scheme = {"http": _CheckedHTTPConnectionPool, "https": _CheckedHTTPSConnectionPool}
+        pool_manager.pool_classes_by_scheme = _checked_pools(http_pool, https_pool)
     return pool_manager
 
 

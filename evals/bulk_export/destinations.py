@@ -20,7 +20,6 @@ class; the services, API and pages read the registry.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import tempfile
@@ -31,7 +30,7 @@ from django.conf import settings
 
 from agentops import crypto
 from agentops.errors import InvalidRequest
-from agentops.netguard import CheckedAddressConnection, UnsafeUrlError, check_outbound_url, check_setting_url
+from agentops.netguard import UnsafeUrlError, check_connections, check_outbound_url, check_setting_url
 from evals.bulk_export.errors import ExportFailed
 from evals.hub import HUB_DESTINATION_KIND, NAME_PATTERN
 
@@ -237,32 +236,9 @@ def _check_connections(client) -> None:
     connects (DNS rebinding). botocore has no public setting for its connection classes;
     its session's pool manager is where it puts its own (``URLLib3Session``), and the
     rebinding test fails if they move."""
-    client._endpoint.http_session._manager.pool_classes_by_scheme = _checked_pool_classes()
+    from botocore.awsrequest import AWSHTTPConnectionPool, AWSHTTPSConnectionPool
 
-
-@functools.cache
-def _checked_pool_classes() -> dict:
-    """botocore's own pool and connection classes, with ``CheckedAddressConnection``."""
-    from botocore.awsrequest import (
-        AWSHTTPConnection,
-        AWSHTTPConnectionPool,
-        AWSHTTPSConnection,
-        AWSHTTPSConnectionPool,
-    )
-
-    class CheckedConnection(CheckedAddressConnection, AWSHTTPConnection):
-        pass
-
-    class CheckedHTTPSConnection(CheckedAddressConnection, AWSHTTPSConnection):
-        pass
-
-    class CheckedPool(AWSHTTPConnectionPool):
-        ConnectionCls = CheckedConnection
-
-    class CheckedHTTPSPool(AWSHTTPSConnectionPool):
-        ConnectionCls = CheckedHTTPSConnection
-
-    return {"http": CheckedPool, "https": CheckedHTTPSPool}
+    check_connections(client._endpoint.http_session._manager, AWSHTTPConnectionPool, AWSHTTPSConnectionPool)
 
 
 class RedirectRefused(Exception):
