@@ -36,8 +36,8 @@ class Run(TenantModel):
     # run was stopped by a person midway, so its output says nothing about the agent.
     COMPLETED = frozenset({Status.SUCCEEDED, Status.FAILED})
 
-    # No index of its own: run_unique_trace and the run_project_* indexes lead with it
-    # (written on every ingest, for nothing).
+    # No index of its own: the run_project_* indexes lead with it (written on every
+    # ingest, for nothing).
     project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="runs", db_index=False)
     trace_id = models.CharField(max_length=128, help_text="OTLP trace id (hex), or the client's run id.")
     name = models.CharField(max_length=500, blank=True)
@@ -111,7 +111,9 @@ class Run(TenantModel):
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["project", "trace_id"], name="run_unique_trace")]
+        # Led by the trace id, so that ingest's lookup of a batch's runs by trace id can use
+        # no other index (runs.ingest.run_rows._lock_runs).
+        constraints = [models.UniqueConstraint(fields=["trace_id", "project"], name="run_unique_trace")]
         indexes = [
             models.Index(fields=["project", "-started_at", "-id"], name="run_project_started"),
             models.Index(fields=["project", "status", "-started_at"], name="run_project_status"),

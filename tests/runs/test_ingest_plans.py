@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from agentops.models import Project
 from agentops.scoping import organization_scope
 from runs.events import RunEvent, StepEvent
 from runs.ingest import ingest
@@ -67,3 +68,52 @@ def test_locking_a_batchs_runs_finds_the_runs_waiting_for_a_parent_in_their_inde
     # only: not by reading the project's 2,000 root runs.
     assert [scan.get("Index Name") for scan in waiting_lookup] == ["run_waiting_for_parent"]
     assert waiting_lookup[0]["Actual Rows"] + waiting_lookup[0].get("Rows Removed by Filter", 0) <= 1
+
+
+@pytest.mark.parametrize("statistics", ["none yet", "older than the project"])
+def test_locking_a_batchs_runs_looks_each_trace_id_up_in_the_unique_index(tenant, statistics):
+    """Before, the planner took a run_project_* index for the lookup of each trace id
+    (they lead with the project too) whenever it believed the project had at most one
+    run, and read all of the project's runs for each of a batch's 64 trace ids: with no
+    statistics (a new installation), and with statistics taken before the project had
+    runs (a new project in a table of others: until autovacuum analyses the table again,
+    after a tenth of it has changed)."""
+    project = tenant.project
+    with organization_scope(project.organization):
+        if statistics == "none yet":
+            _without_statistics("runs_run")
+        else:
+            other = Project.objects.create(organization=project.organization, name="Other", slug="other")
+            Run.objects.bulk_create(
+                (Run(organization=other.organization, project=other, trace_id=f"other-{i}") for i in range(ROOT_RUNS)),
+                batch_size=500,
+            )
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE runs_run")
+        Run.objects.bulk_create(
+            (Run(organization=project.organization, project=project, trace_id=f"root-{i}") for i in range(ROOT_RUNS)),
+            batch_size=500,
+        )
+        trace_ids = ["root-7", *(f"new-{i}" for i in range(63))]
+        with CaptureQueriesContext(connection) as queries:
+            ingest(project=project, steps=[StepEvent(trace_id=t, span_id="s") for t in trace_ids], announce=False)
+        # The existing run was found (its step joined it), the others created.
+        assert Run.objects.get(project=project, trace_id="root-7").steps.count() == 1
+        assert Run.objects.filter(project=project, trace_id__startswith="new-").count() == 63
+    lock = next(q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"])
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {lock}")
+        plan = cursor.fetchone()[0]
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+    trace_lookups = [
+        scan
+        for scan in _scans(plan[0]["Plan"])
+        if "trace_id" in (conditions := scan.get("Index Cond", "") + scan.get("Filter", ""))
+        and "parent_trace_id" not in conditions
+    ]
+    assert trace_lookups, "no lookup by trace id in the plan"
+    for scan in trace_lookups:
+        assert scan.get("Index Name") == "run_unique_trace", scan["Node Type"]
+        # Each trace id reads its own run only: none of the project's 2,000 others.
+        assert scan.get("Rows Removed by Filter", 0) == 0
+        assert scan["Actual Rows"] <= 1
