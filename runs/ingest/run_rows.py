@@ -366,12 +366,20 @@ def link_parent_runs(project, runs: list[Run], waiting_children: list[int]) -> N
     run_ids = [run.pk for run in runs]
     with connection.cursor() as cursor:
         cursor.execute(
+            # The parent of each waiting run looked up by trace id alone and the project
+            # checked after, as _RUNS_OF_TRACES does and for the same reason.
             """
-            UPDATE runs_run AS child SET parent_run_id = parent.id
-            FROM runs_run AS parent
-            WHERE child.id = ANY(%s) AND child.parent_trace_id <> '' AND child.parent_run_id IS NULL
-              AND parent.project_id = %s AND parent.trace_id = child.parent_trace_id AND parent.id <> child.id
-              AND (child.id = ANY(%s) OR parent.id = ANY(%s))
+            UPDATE runs_run AS child SET parent_run_id = link.parent_id
+            FROM (
+                SELECT waiting.id AS child_id, parent.id AS parent_id
+                FROM runs_run AS waiting CROSS JOIN LATERAL (
+                    SELECT id, project_id FROM runs_run AS parent WHERE trace_id = waiting.parent_trace_id OFFSET 0
+                ) AS parent
+                WHERE waiting.id = ANY(%s) AND waiting.parent_trace_id <> '' AND waiting.parent_run_id IS NULL
+                  AND parent.project_id = %s AND parent.id <> waiting.id
+                  AND (waiting.id = ANY(%s) OR parent.id = ANY(%s))
+            ) AS link
+            WHERE child.id = link.child_id
             """,
             [run_ids + waiting_children, project.pk, run_ids, run_ids],
         )

@@ -117,3 +117,43 @@ def test_locking_a_batchs_runs_looks_each_trace_id_up_in_the_unique_index(tenant
         # Each trace id reads its own run only: none of the project's 2,000 others.
         assert scan.get("Rows Removed by Filter", 0) == 0
         assert scan["Actual Rows"] <= 1
+
+
+def test_linking_sub_agent_runs_looks_their_parents_up_in_the_unique_index_for_a_new_project(tenant):
+    """Sub-agent runs find their parent run by its trace id: as for the lock, a project
+    newer than the table's statistics made the planner read all of the project's runs
+    for each of them."""
+    project = tenant.project
+    with organization_scope(project.organization):
+        other = Project.objects.create(organization=project.organization, name="Other", slug="other")
+        Run.objects.bulk_create(
+            (Run(organization=other.organization, project=other, trace_id=f"other-{i}") for i in range(ROOT_RUNS)),
+            batch_size=500,
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE runs_run")
+        Run.objects.bulk_create(
+            (Run(organization=project.organization, project=project, trace_id=f"root-{i}") for i in range(ROOT_RUNS)),
+            batch_size=500,
+        )
+        children = [RunEvent(trace_id=f"child-{i}", fields={"parent_trace_id": f"root-{i}"}) for i in range(64)]
+        with CaptureQueriesContext(connection) as queries:
+            ingest(project=project, runs=children, announce=False)
+        linked = dict(
+            Run.objects.filter(project=project, trace_id__startswith="child-").values_list(
+                "trace_id", "parent_run__trace_id"
+            )
+        )
+        assert linked == {f"child-{i}": f"root-{i}" for i in range(64)}
+    link = next(q["sql"] for q in queries.captured_queries if "SET parent_run_id" in q["sql"])
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {link}")
+        plan = cursor.fetchone()[0]
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+    parent_lookups = [
+        scan
+        for scan in _scans(plan[0]["Plan"])
+        if scan.get("Relation Name") == "runs_run" and scan.get("Alias", "").startswith("parent")
+    ]
+    assert parent_lookups, "no lookup of the parent runs in the plan"
+    assert [scan.get("Index Name") for scan in parent_lookups] == ["run_unique_trace"] * len(parent_lookups)
