@@ -44,8 +44,8 @@ from agentops.jsonsafe import MAX_DEPTH, child_path, printable, value_problem
 from agentops.outages import UNAVAILABLE_ERRORS, log_refusal
 from runs.api import serializers as s
 from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
-from runs.ingest import ingest
-from runs.models import MemorySnapshot, Message, Run, Step, ToolCall
+from runs.ingest import ingest, runs_of_traces
+from runs.models import MemorySnapshot, Message, Step, ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -177,11 +177,11 @@ def check_event(index: int, raw: Any, validators: dict[str, serializers.Serializ
 
 def _existing_keys(project, accepted: list[AcceptedEvent]) -> set[tuple]:
     """Which of the events' rows exist already (to tell created from updated)."""
-    existing: set[tuple] = set()
-    run_ids = {a.key[2] for a in accepted if a.type == "run"}
-    if run_ids:
-        found = Run.objects.filter(project=project, trace_id__in=run_ids).values_list("trace_id", flat=True)
-        existing |= {("run", "", trace_id) for trace_id in found}
+    # Every run the events name, found as ingest() finds them (by trace id, whatever the
+    # table's statistics), then the items among those runs' rows.
+    run_of_trace = runs_of_traces(project, {a.key[2] if a.type == "run" else a.key[1] for a in accepted})
+    existing = {("run", "", trace_id) for trace_id in run_of_trace}
+    trace_of_run = {run_id: trace_id for trace_id, run_id in run_of_trace.items()}
     for event_type, model, id_field in (
         ("step", Step, "span_id"),
         ("message", Message, "message_id"),
@@ -189,15 +189,14 @@ def _existing_keys(project, accepted: list[AcceptedEvent]) -> set[tuple]:
         ("memory", MemorySnapshot, "snapshot_id"),
     ):
         keys = {a.key for a in accepted if a.type == event_type}
-        if not keys:
+        run_ids = {run_of_trace[key[1]] for key in keys if key[1] in run_of_trace}
+        if not run_ids:
             continue
         # A superset (every id in every run named), narrowed to the exact pairs below.
         rows = model.objects.filter(
-            project=project,
-            run__trace_id__in={key[1] for key in keys},
-            **{f"{id_field}__in": {key[2] for key in keys}},
-        ).values_list("run__trace_id", id_field)
-        existing |= {(event_type, trace_id, item_id) for trace_id, item_id in rows} & keys
+            project=project, run_id__in=run_ids, **{f"{id_field}__in": {key[2] for key in keys}}
+        ).values_list("run_id", id_field)
+        existing |= {(event_type, trace_of_run[run_id], item_id) for run_id, item_id in rows} & keys
     return existing
 
 

@@ -23,7 +23,8 @@ It builds on ``runs.events`` and never imports ``runs.otlp`` (which builds the e
 of OpenTelemetry exports) or the executor (which builds those of executed runs).
 """
 
+from runs.ingest.run_rows import runs_of_traces
 from runs.ingest.totals import recompute_run_totals
 from runs.ingest.write import IngestResult, ingest
 
-__all__ = ["IngestResult", "ingest", "recompute_run_totals"]
+__all__ = ["IngestResult", "ingest", "recompute_run_totals", "runs_of_traces"]

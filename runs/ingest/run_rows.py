@@ -139,6 +139,19 @@ _RUNS_OF_TRACES = (
 )
 
 
+def runs_of_traces(project, trace_ids) -> dict[str, int]:
+    """{trace id: run id} of ``project``'s runs of ``trace_ids`` that exist (the lookup of
+    ``_RUNS_OF_TRACES``, without locking them)."""
+    if not trace_ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT trace_id, id FROM runs_run WHERE id = ANY(ARRAY({_RUNS_OF_TRACES}))",  # noqa: S608 - a constant
+            {"project_id": project.pk, "trace_ids": sorted(trace_ids)},
+        )
+        return dict(cursor.fetchall())
+
+
 def _lock_runs(project, trace_ids: list[str]) -> tuple[list[Run], list[str]]:
     """Lock the runs of ``trace_ids`` and the sub-agent runs waiting for one of them as
     their parent. Returns (the runs locked, the trace ids of ``trace_ids`` with no run)."""
