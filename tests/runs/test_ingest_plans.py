@@ -114,9 +114,9 @@ def test_locking_a_batchs_runs_looks_each_trace_id_up_in_the_unique_index(tenant
     assert trace_lookups, "no lookup by trace id in the plan"
     for scan in trace_lookups:
         assert scan.get("Index Name") == "run_unique_trace", scan["Node Type"]
-        # Each trace id reads its own run only: none of the project's 2,000 others.
+        # Each trace id reads its own run only, none of the project's 2,000 others. (Not
+        # "Actual Rows": a bitmap scan counts the dead entries earlier tests left too.)
         assert scan.get("Rows Removed by Filter", 0) == 0
-        assert scan["Actual Rows"] <= 1
 
 
 def test_linking_sub_agent_runs_looks_their_parents_up_in_the_unique_index_for_a_new_project(tenant):
