@@ -112,7 +112,7 @@ class Run(TenantModel):
 
     class Meta:
         # Led by the trace id, so that ingest's lookup of a batch's runs by trace id can use
-        # no other index (runs.ingest.run_rows._lock_runs).
+        # no other index (runs.ingest.run_rows._RUNS_OF_TRACES).
         constraints = [models.UniqueConstraint(fields=["trace_id", "project"], name="run_unique_trace")]
         indexes = [
             models.Index(fields=["project", "-started_at", "-id"], name="run_project_started"),

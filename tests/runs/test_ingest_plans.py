@@ -37,13 +37,36 @@ def _scans(plan: dict):
         yield from _scans(child)
 
 
+def _root_runs(project, prefix: str = "root") -> None:
+    """ROOT_RUNS runs of ``project``, trace ids ``<prefix>-0`` and on."""
+    Run.objects.bulk_create(
+        (Run(organization=project.organization, project=project, trace_id=f"{prefix}-{i}") for i in range(ROOT_RUNS)),
+        batch_size=500,
+    )
+
+
+def _statistics_older_than(project) -> None:
+    """Statistics taken before ``project`` had runs: another project's runs, analysed."""
+    other = Project.objects.create(organization=project.organization, name="Other", slug="other")
+    _root_runs(other, "other")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_run")
+
+
+def _plan(queries, marker: str, *, analyze: bool = True) -> dict:
+    """The EXPLAIN (FORMAT JSON) plan of the captured statement holding ``marker``."""
+    statement = next(q["sql"] for q in queries.captured_queries if marker in q["sql"])
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN ({'ANALYZE, ' if analyze else ''}FORMAT JSON) {statement}")
+        plan = cursor.fetchone()[0]
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+    return plan[0]["Plan"]
+
+
 def test_locking_a_batchs_runs_finds_the_runs_waiting_for_a_parent_in_their_index_without_statistics(tenant):
     project = tenant.project
     with organization_scope(project.organization):
-        Run.objects.bulk_create(
-            (Run(organization=project.organization, project=project, trace_id=f"root-{i}") for i in range(ROOT_RUNS)),
-            batch_size=500,
-        )
+        _root_runs(project)
         ingest(project=project, runs=[RunEvent(trace_id="child", fields={"parent_trace_id": "parent"})], announce=False)
         _without_statistics("runs_run")
         with CaptureQueriesContext(connection) as queries:
@@ -54,14 +77,9 @@ def test_locking_a_batchs_runs_finds_the_runs_waiting_for_a_parent_in_their_inde
             )
         # The sub-agent run waiting for "parent" was found and linked.
         assert Run.objects.get(trace_id="child").parent_run == Run.objects.get(trace_id="parent")
-    lock = next(q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"])
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {lock}")
-        plan = cursor.fetchone()[0]
-    plan = plan if isinstance(plan, list) else json.loads(plan)
     waiting_lookup = [
         scan
-        for scan in _scans(plan[0]["Plan"])
+        for scan in _scans(_plan(queries, "FOR UPDATE"))
         if "parent_trace_id" in scan.get("Index Cond", "") + scan.get("Filter", "")
     ]
     # The runs waiting for a parent are looked up in their own index, which holds them
@@ -83,31 +101,17 @@ def test_locking_a_batchs_runs_looks_each_trace_id_up_in_the_unique_index(tenant
         if statistics == "none yet":
             _without_statistics("runs_run")
         else:
-            other = Project.objects.create(organization=project.organization, name="Other", slug="other")
-            Run.objects.bulk_create(
-                (Run(organization=other.organization, project=other, trace_id=f"other-{i}") for i in range(ROOT_RUNS)),
-                batch_size=500,
-            )
-            with connection.cursor() as cursor:
-                cursor.execute("ANALYZE runs_run")
-        Run.objects.bulk_create(
-            (Run(organization=project.organization, project=project, trace_id=f"root-{i}") for i in range(ROOT_RUNS)),
-            batch_size=500,
-        )
+            _statistics_older_than(project)
+        _root_runs(project)
         trace_ids = ["root-7", *(f"new-{i}" for i in range(63))]
         with CaptureQueriesContext(connection) as queries:
             ingest(project=project, steps=[StepEvent(trace_id=t, span_id="s") for t in trace_ids], announce=False)
         # The existing run was found (its step joined it), the others created.
         assert Run.objects.get(project=project, trace_id="root-7").steps.count() == 1
         assert Run.objects.filter(project=project, trace_id__startswith="new-").count() == 63
-    lock = next(q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"])
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {lock}")
-        plan = cursor.fetchone()[0]
-    plan = plan if isinstance(plan, list) else json.loads(plan)
     trace_lookups = [
         scan
-        for scan in _scans(plan[0]["Plan"])
+        for scan in _scans(_plan(queries, "FOR UPDATE"))
         if "trace_id" in (conditions := scan.get("Index Cond", "") + scan.get("Filter", ""))
         and "parent_trace_id" not in conditions
     ]
@@ -125,17 +129,8 @@ def test_linking_sub_agent_runs_looks_their_parents_up_in_the_unique_index_for_a
     for each of them."""
     project = tenant.project
     with organization_scope(project.organization):
-        other = Project.objects.create(organization=project.organization, name="Other", slug="other")
-        Run.objects.bulk_create(
-            (Run(organization=other.organization, project=other, trace_id=f"other-{i}") for i in range(ROOT_RUNS)),
-            batch_size=500,
-        )
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE runs_run")
-        Run.objects.bulk_create(
-            (Run(organization=project.organization, project=project, trace_id=f"root-{i}") for i in range(ROOT_RUNS)),
-            batch_size=500,
-        )
+        _statistics_older_than(project)
+        _root_runs(project)
         children = [RunEvent(trace_id=f"child-{i}", fields={"parent_trace_id": f"root-{i}"}) for i in range(64)]
         with CaptureQueriesContext(connection) as queries:
             ingest(project=project, runs=children, announce=False)
@@ -145,14 +140,9 @@ def test_linking_sub_agent_runs_looks_their_parents_up_in_the_unique_index_for_a
             )
         )
         assert linked == {f"child-{i}": f"root-{i}" for i in range(64)}
-    link = next(q["sql"] for q in queries.captured_queries if "SET parent_run_id" in q["sql"])
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {link}")
-        plan = cursor.fetchone()[0]
-    plan = plan if isinstance(plan, list) else json.loads(plan)
     parent_lookups = [
         scan
-        for scan in _scans(plan[0]["Plan"])
+        for scan in _scans(_plan(queries, "SET parent_run_id", analyze=False))
         if scan.get("Relation Name") == "runs_run" and scan.get("Alias", "").startswith("parent")
     ]
     assert parent_lookups, "no lookup of the parent runs in the plan"
