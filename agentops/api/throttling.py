@@ -1,14 +1,20 @@
 """Rate limits per API key and per signed-in user (rates in settings, from the environment).
 
-The counts live in Redis (the cache). While Redis is unreachable, requests are let
-through unlimited rather than refused: ingestion stores into PostgreSQL and must keep
-accepting data when Redis alone is down (a warning says the limits are off)."""
+DRF's throttle classes read the rates (``THROTTLE_RATES``); the counting is
+``agentops.rate_limit``'s (one atomic round trip to Redis, in a window that starts with
+the first request): DRF's own kept every request's time in the cache and wrote the whole
+list back, so a busy key paid for a thousand timestamps on each request, and two
+processes writing at once lost one's count. While Redis is unreachable, requests are
+let through unlimited rather than refused: ingestion stores into PostgreSQL and must
+keep accepting data when Redis alone is down (a warning says the limits are off)."""
 
 import logging
 
+from django.conf import settings
 from redis.exceptions import RedisError
 from rest_framework.throttling import SimpleRateThrottle
 
+from agentops import rate_limit
 from agentops.models import ApiKey
 from agentops.outages import log_degraded
 
@@ -16,27 +22,43 @@ logger = logging.getLogger(__name__)
 
 
 class _RedisRateThrottle(SimpleRateThrottle):
+    verdict: rate_limit.Verdict | None = None
+
     def allow_request(self, request, view):
+        if self.rate is None:
+            return True
+        ident = self.get_ident_of(request)
+        if ident is None:
+            return True
+        name = f"{settings.REDIS_KEY_PREFIX}:rate:{self.scope}:{ident}"
         try:
-            return super().allow_request(request, view)
+            # The cache's Redis, as when DRF's cache held the counts.
+            self.verdict = rate_limit.count_request(
+                settings.CACHES["default"]["LOCATION"], name, self.num_requests, self.duration
+            )
         except RedisError as exc:
             log_degraded(logger, "rate limits are not applied", exc)
             return True
+        return self.verdict.allowed
+
+    def wait(self):
+        return self.verdict.retry_after if self.verdict is not None else None
+
+    def get_ident_of(self, request):
+        raise NotImplementedError
 
 
 class ApiKeyRateThrottle(_RedisRateThrottle):
     scope = "api_key"
 
-    def get_cache_key(self, request, view):
-        if not isinstance(request.auth, ApiKey):
-            return None
-        return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}
+    def get_ident_of(self, request):
+        return request.auth.pk if isinstance(request.auth, ApiKey) else None
 
 
 class UserRateThrottle(_RedisRateThrottle):
     scope = "user"
 
-    def get_cache_key(self, request, view):
+    def get_ident_of(self, request):
         if isinstance(request.auth, ApiKey) or not request.user or not request.user.is_authenticated:
             return None
-        return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+        return request.user.pk
