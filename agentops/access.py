@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import OuterRef, Subquery
+from django.db import connection
+from django.utils.functional import cached_property
 
 from agentops.errors import Forbidden, NotFound
 from agentops.models import ApiKey, Membership, Organization, Project
 from agentops.roles import key_allows, role_allows
-from agentops.scoping import dangerously_unscoped, organization_scope
+from agentops.rows import columns, instances
+from agentops.scoping import organization_scope
 
 
 @dataclass
@@ -60,15 +62,12 @@ def resolve_organization(*, org_slug: str, user=None, api_key: ApiKey | None = N
         return Access(organization=api_key.organization, api_key=api_key)
     if user is None or not user.is_authenticated:
         raise NotFound("organization not found")
-    with dangerously_unscoped("the organization is named by its slug; only the user's own membership is read"):
-        membership = (
-            Membership.objects.filter(user=user, organization__slug=org_slug)
-            .select_related("organization", "user")
-            .first()
-        )
-    if membership is None:
+    # The user's own membership only: the organization is named by its slug.
+    row = _fetch_one(_sql.membership, [user.pk, org_slug])
+    if row is None:
         raise NotFound("organization not found")
-    return Access(organization=membership.organization, membership=membership)
+    organization, membership = instances(row, (Organization, ()), (Membership, ()))
+    return Access(organization=organization, membership=_member_of(membership, organization, user))
 
 
 def resolve_project(access: Access, project_slug: str) -> Access:
@@ -96,26 +95,55 @@ def resolve_member_project(*, org_slug: str, project_slug: str, user) -> Access:
     user's own membership of that organization); anything else goes the two-step way,
     which names what was not found."""
     if user is not None and user.is_authenticated:
-        with dangerously_unscoped("the project is named by its slugs; only the user's own membership is read"):
-            member = Membership.objects.filter(organization=OuterRef("organization"), user=user)
-            project = (
-                Project.objects.filter(slug=project_slug, organization__slug=org_slug)
-                .select_related("organization")
-                .annotate(
-                    membership_id=Subquery(member.values("pk")[:1]),
-                    membership_role=Subquery(member.values("role")[:1]),
-                    membership_created_at=Subquery(member.values("created_at")[:1]),
-                )
-                .first()
-            )
-        if project is not None and project.membership_id is not None:
-            membership = Membership(
-                pk=project.membership_id,
-                organization=project.organization,
-                user=user,
-                role=project.membership_role,
-                created_at=project.membership_created_at,
-            )
-            membership._state.adding, membership._state.db = False, project._state.db
-            return Access(organization=project.organization, membership=membership, project=project)
+        row = _fetch_one(_sql.member_project, [user.pk, org_slug, project_slug])
+        if row is not None:
+            project, organization, membership = instances(row, (Project, ()), (Organization, ()), (Membership, ()))
+            if membership is not None:
+                project.organization = organization
+                membership = _member_of(membership, organization, user)
+                return Access(organization=organization, membership=membership, project=project)
     return resolve_project(resolve_organization(org_slug=org_slug, user=user), project_slug)
+
+
+# --- The statements (SQL, not the ORM: they run on every request, and building the
+# ORM's query cost several times the query itself) ----------------------------------
+
+
+class _Statements:
+    """Written once, on first use (the models' tables and columns are read then)."""
+
+    @cached_property
+    def membership(self) -> str:
+        return f"""
+            SELECT {columns(Organization, "o")}, {columns(Membership, "m")}
+            FROM {Membership._meta.db_table} m JOIN {Organization._meta.db_table} o ON o.id = m.organization_id
+            WHERE m.user_id = %s AND o.slug = %s
+        """  # noqa: S608 - tables and columns from the models, values are parameters
+
+    @cached_property
+    def member_project(self) -> str:
+        # The project of the organization found by slugs, and the user's membership of
+        # that organization if any (all NULL otherwise).
+        return f"""
+            SELECT {columns(Project, "p")}, {columns(Organization, "o")}, {columns(Membership, "m")}
+            FROM {Project._meta.db_table} p JOIN {Organization._meta.db_table} o ON o.id = p.organization_id
+            LEFT JOIN {Membership._meta.db_table} m ON m.organization_id = o.id AND m.user_id = %s
+            WHERE o.slug = %s AND p.slug = %s
+        """  # noqa: S608 - tables and columns from the models, values are parameters
+
+
+_sql = _Statements()
+
+
+def _fetch_one(sql: str, params: list) -> tuple | None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def _member_of(membership: Membership, organization: Organization, user) -> Membership:
+    # Related objects set without a query: the membership's own organization, and the
+    # user whose membership it is (the one asking).
+    membership.organization = organization
+    membership.user = user
+    return membership

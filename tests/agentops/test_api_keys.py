@@ -108,3 +108,19 @@ def test_create_api_key_command_prints_key_alone_on_last_line(tenant, capsys):
     assert last_line.startswith("ao_") and " " not in last_line
     response = _bearer(last_line).get(_project_url(tenant))
     assert response.status_code == 200 and response.json()["slug"] == "agent"
+
+
+def test_a_key_is_read_with_its_project_and_organization_in_one_statement(
+    tenant, make_api_key, django_assert_num_queries
+):
+    from agentops.services.api_keys import api_key_authenticate
+
+    key, raw = make_api_key(tenant.project, ["read", "ingest"])
+    api_key_authenticate(raw)  # the first use also records last_used_at
+    with django_assert_num_queries(1):
+        found = api_key_authenticate(raw)
+        assert sorted(found.scopes) == ["ingest", "read"]
+        assert (found.pk, found.name, found.scopes, found.prefix) == (key.pk, "ci", key.scopes, key.prefix)
+        assert (found.project.pk, found.project.slug, found.organization.slug) == (tenant.project.pk, "agent", "acme")
+        assert found.project.organization is found.organization
+        assert found.last_used_at is not None and found.last_used_at.tzinfo is not None
