@@ -21,6 +21,14 @@ from agentops.outages import log_degraded
 logger = logging.getLogger(__name__)
 
 
+def _cache_redis_url() -> str:
+    """The cache's Redis, where DRF's throttle kept its counts: the first of its
+    locations (Django's Redis cache writes to the first of several)."""
+    location = settings.CACHES["default"]["LOCATION"]
+    servers = location.split(",") if isinstance(location, str) else location
+    return servers[0].strip()
+
+
 class _RedisRateThrottle(SimpleRateThrottle):
     verdict: rate_limit.Verdict | None = None
 
@@ -32,10 +40,7 @@ class _RedisRateThrottle(SimpleRateThrottle):
             return True
         name = f"{settings.REDIS_KEY_PREFIX}:rate:{self.scope}:{ident}"
         try:
-            # The cache's Redis, as when DRF's cache held the counts.
-            self.verdict = rate_limit.count_request(
-                settings.CACHES["default"]["LOCATION"], name, self.num_requests, self.duration
-            )
+            self.verdict = rate_limit.count_request(_cache_redis_url(), name, self.num_requests, self.duration)
         except RedisError as exc:
             log_degraded(logger, "rate limits are not applied", exc)
             return True
