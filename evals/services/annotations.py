@@ -191,10 +191,16 @@ def next_entry(*, queue: AnnotationQueue, user) -> QueueEntry | None:
     held_id = cache.get(holding_key)
     if held_id is not None:
         held = pending.filter(pk=held_id).first()
-        if held is not None and cache.get(_claim_key(held.pk)) in (None, user.pk):
-            cache.set(_claim_key(held.pk), user.pk, CLAIM_SECONDS)
-            cache.set(holding_key, held.pk, CLAIM_SECONDS)
-            return held
+        if held is not None:
+            claim = _claim_key(held.pk)
+            holder = cache.get(claim)
+            # Still this reviewer's (kept for another CLAIM_SECONDS), or free again after its
+            # claim ran out: taken back by SET NX, as any free run is, so a reviewer who
+            # claimed it in between keeps it.
+            if holder == user.pk or (holder is None and cache.add(claim, user.pk, CLAIM_SECONDS)):
+                cache.set(claim, user.pk, CLAIM_SECONDS)
+                cache.set(holding_key, held.pk, CLAIM_SECONDS)
+                return held
     after = 0
     while True:
         batch = list(pending.filter(pk__gt=after).order_by("pk")[:CLAIM_BATCH])

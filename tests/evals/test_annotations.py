@@ -216,3 +216,38 @@ def test_a_run_scored_by_someone_else_first_stays_done_by_them(tenant, queue):
         entry.refresh_from_db()
         assert entry.completed_by == tenant.admin
         assert Score.objects.filter(run=run, source=Score.Source.HUMAN).count() == 2
+
+
+def test_a_run_whose_claim_ran_out_goes_to_whoever_takes_it_first(tenant, queue, monkeypatch):
+    """A reviewer comes back to the run they held after its claim ran out, while another
+    reviewer claims it: whichever claim lands first keeps the run, the other reviewer gets
+    the next one (here the second reviewer's claim lands between the first one's read and
+    write)."""
+    from django.core.cache import cache
+
+    from evals.services import annotations
+
+    runs = make_runs(tenant, 2)
+    with organization_scope(tenant.organization):
+        queue_add_runs(queue=queue, actor=tenant.member, run_ids=[run.pk for run in runs])
+        held = next_entry(queue=queue, user=tenant.member)
+        claim = annotations._claim_key(held.pk)
+        cache.delete(claim)  # the member's claim ran out
+
+        class AdminClaimsMeanwhile:
+            """The cache, but the admin's claim lands right after the member reads the claim."""
+
+            def __getattr__(self, name):
+                return getattr(cache, name)
+
+            def get(self, key, *args, **kwargs):
+                value = cache.get(key, *args, **kwargs)
+                if key == claim:
+                    assert cache.add(claim, tenant.admin.pk, annotations.CLAIM_SECONDS)
+                return value
+
+        monkeypatch.setattr(annotations, "cache", AdminClaimsMeanwhile())
+        mine = next_entry(queue=queue, user=tenant.member)
+        monkeypatch.setattr(annotations, "cache", cache)
+        assert mine.pk != held.pk and mine.run_id == runs[1].pk
+        assert cache.get(claim) == tenant.admin.pk  # the admin keeps the run
