@@ -1,11 +1,11 @@
 """Model instances from the rows of hand-written SQL, for the few hottest statements of
 the workers (claiming a run, advancing an experiment) and of every API request (who is
-asking, in which organization and project: agentops.access, the API key's lookup), where building and compiling the
-ORM's query costs far more CPU than PostgreSQL spends on it (about 1-2 ms against 40 µs
-for a trivial statement). Each such statement is built once per process from the models'
-fields (``columns``), so a new field is read like any other; the instances are what a
-queryset makes of the same row (``instances``: each field's conversion, JSON parsed).
-Tenant filters are the caller's (``agentops.scoping.organization_id_for_sql``)."""
+asking, and where: agentops.access, the API key's lookup), where building and compiling
+the ORM's query costs far more CPU than PostgreSQL spends on it (about 1-2 ms against 40
+µs for a trivial statement). Each such statement is built once per process from the
+models' fields (``columns``), so a new field is read like any other; the instances are
+what a queryset makes of the same row (``instances``: each field's conversion, JSON
+parsed). Tenant filters are the caller's (``agentops.scoping.organization_id_for_sql``)."""
 
 from __future__ import annotations
 
