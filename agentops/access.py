@@ -8,9 +8,9 @@ the API key's project) and never from a request body or the session.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from django.db import connection
-from django.utils.functional import cached_property
 
 from agentops.errors import Forbidden, NotFound
 from agentops.models import ApiKey, Membership, Organization, Project
@@ -63,7 +63,7 @@ def resolve_organization(*, org_slug: str, user=None, api_key: ApiKey | None = N
     if user is None or not user.is_authenticated:
         raise NotFound("organization not found")
     # The user's own membership only: the organization is named by its slug.
-    row = _fetch_one(_sql.membership, [user.pk, org_slug])
+    row = _fetch_one(_membership_sql(), [user.pk, org_slug])
     if row is None:
         raise NotFound("organization not found")
     organization, membership = instances(row, (Organization, ()), (Membership, ()))
@@ -95,7 +95,7 @@ def resolve_member_project(*, org_slug: str, project_slug: str, user) -> Access:
     user's own membership of that organization); anything else goes the two-step way,
     which names what was not found."""
     if user is not None and user.is_authenticated:
-        row = _fetch_one(_sql.member_project, [user.pk, org_slug, project_slug])
+        row = _fetch_one(_member_project_sql(), [user.pk, org_slug, project_slug])
         if row is not None:
             project, organization, membership = instances(row, (Project, ()), (Organization, ()), (Membership, ()))
             if membership is not None:
@@ -109,30 +109,25 @@ def resolve_member_project(*, org_slug: str, project_slug: str, user) -> Access:
 # ORM's query cost several times the query itself) ----------------------------------
 
 
-class _Statements:
-    """Written once, on first use (the models' tables and columns are read then)."""
-
-    @cached_property
-    def membership(self) -> str:
-        return f"""
-            SELECT {columns(Organization, "o")}, {columns(Membership, "m")}
-            FROM {Membership._meta.db_table} m JOIN {Organization._meta.db_table} o ON o.id = m.organization_id
-            WHERE m.user_id = %s AND o.slug = %s
-        """  # noqa: S608 - tables and columns from the models, values are parameters
-
-    @cached_property
-    def member_project(self) -> str:
-        # The project of the organization found by slugs, and the user's membership of
-        # that organization if any (all NULL otherwise).
-        return f"""
-            SELECT {columns(Project, "p")}, {columns(Organization, "o")}, {columns(Membership, "m")}
-            FROM {Project._meta.db_table} p JOIN {Organization._meta.db_table} o ON o.id = p.organization_id
-            LEFT JOIN {Membership._meta.db_table} m ON m.organization_id = o.id AND m.user_id = %s
-            WHERE o.slug = %s AND p.slug = %s
-        """  # noqa: S608 - tables and columns from the models, values are parameters
+@cache
+def _membership_sql() -> str:
+    return f"""
+        SELECT {columns(Organization, "o")}, {columns(Membership, "m")}
+        FROM {Membership._meta.db_table} m JOIN {Organization._meta.db_table} o ON o.id = m.organization_id
+        WHERE m.user_id = %s AND o.slug = %s
+    """  # noqa: S608 - tables and columns from the models, values are parameters
 
 
-_sql = _Statements()
+@cache
+def _member_project_sql() -> str:
+    """The project of the organization found by slugs, and the user's membership of that
+    organization if any (all NULL otherwise)."""
+    return f"""
+        SELECT {columns(Project, "p")}, {columns(Organization, "o")}, {columns(Membership, "m")}
+        FROM {Project._meta.db_table} p JOIN {Organization._meta.db_table} o ON o.id = p.organization_id
+        LEFT JOIN {Membership._meta.db_table} m ON m.organization_id = o.id AND m.user_id = %s
+        WHERE o.slug = %s AND p.slug = %s
+    """  # noqa: S608 - tables and columns from the models, values are parameters
 
 
 def _fetch_one(sql: str, params: list) -> tuple | None:

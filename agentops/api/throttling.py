@@ -32,13 +32,16 @@ def _cache_redis_url() -> str:
 class _RedisRateThrottle(SimpleRateThrottle):
     verdict: rate_limit.Verdict | None = None
 
+    @property
+    def cache_format(self) -> str:
+        return f"{settings.REDIS_KEY_PREFIX}:rate:%(scope)s:%(ident)s"
+
     def allow_request(self, request, view):
         if self.rate is None:
             return True
-        ident = self.get_ident_of(request)
-        if ident is None:
+        name = self.get_cache_key(request, view)
+        if name is None:
             return True
-        name = f"{settings.REDIS_KEY_PREFIX}:rate:{self.scope}:{ident}"
         try:
             self.verdict = rate_limit.count_request(_cache_redis_url(), name, self.num_requests, self.duration)
         except RedisError as exc:
@@ -49,21 +52,20 @@ class _RedisRateThrottle(SimpleRateThrottle):
     def wait(self):
         return self.verdict.retry_after if self.verdict is not None else None
 
-    def get_ident_of(self, request):
-        raise NotImplementedError
-
 
 class ApiKeyRateThrottle(_RedisRateThrottle):
     scope = "api_key"
 
-    def get_ident_of(self, request):
-        return request.auth.pk if isinstance(request.auth, ApiKey) else None
+    def get_cache_key(self, request, view):
+        if not isinstance(request.auth, ApiKey):
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}
 
 
 class UserRateThrottle(_RedisRateThrottle):
     scope = "user"
 
-    def get_ident_of(self, request):
+    def get_cache_key(self, request, view):
         if isinstance(request.auth, ApiKey) or not request.user or not request.user.is_authenticated:
             return None
-        return request.user.pk
+        return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
