@@ -11,6 +11,7 @@ a method without an entry is refused. Subclasses never override ``get_queryset``
 from __future__ import annotations
 
 from rest_framework import generics
+from rest_framework.response import Response
 
 from agentops.access import Access, resolve_member_project, resolve_organization, resolve_project
 from agentops.errors import Forbidden, InvalidRequest
@@ -37,7 +38,16 @@ class OrganizationEndpoint(generics.GenericAPIView):
     def dispatch(self, request, *args, **kwargs):
         # Each request starts with no organization in scope; initial() sets it.
         with reset_scope():
-            return super().dispatch(request, *args, **kwargs)
+            response = super().dispatch(request, *args, **kwargs)
+        # DRF keeps the answer on the view (``self.response``), and while rendering puts
+        # the answer in its own renderer context: two reference cycles through which
+        # every answer, and what it was built from, outlived its request until the
+        # garbage collector's next pass (docs/performance.md, "Answers freed when sent").
+        # Nothing reads either after the answer is rendered.
+        self.__dict__.pop("response", None)
+        if isinstance(response, Response):
+            response.add_post_render_callback(_forget_rendered_answer)
+        return response
 
     def initial(self, request, *args, **kwargs):
         # First, before DRF reads ``?format=`` (an unknown one is its 404) or anything
@@ -87,6 +97,12 @@ class OrganizationEndpoint(generics.GenericAPIView):
     @property
     def client_ip(self) -> str | None:
         return self.request.META.get("REMOTE_ADDR")
+
+
+def _forget_rendered_answer(response) -> None:
+    context = getattr(response, "renderer_context", None)
+    if context is not None:
+        context.pop("response", None)
 
 
 class ProjectEndpoint(OrganizationEndpoint):

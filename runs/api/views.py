@@ -239,7 +239,7 @@ class RunListView(RunsEndpoint):
         filters, sort = parse_run_filters(request)
         self.keyset = keyset_for_sort(sort)
         page = self.paginate_queryset(selectors.run_list(project=self.project, filters=filters))
-        return self.get_paginated_response(s.RunSerializer(page, many=True).data)
+        return self.get_paginated_response(s.RunSerializer.represent(page))
 
     def read_page(self, queryset, limit: int):
         return s.RunSerializer.read(queryset, limit)
@@ -324,7 +324,7 @@ class RunStepListView(RunsEndpoint):
         nodes = selectors.flatten_tree(roots)
         for node in nodes:
             node.step.depth = node.depth
-        items = s.StepListItemSerializer([node.step for node in nodes], many=True).data
+        items = s.StepListItemSerializer.represent([node.step for node in nodes])
         if not nested:
             return Response(items)
         deepest = max((node.depth for node in nodes), default=0)

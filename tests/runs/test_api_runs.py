@@ -4,7 +4,10 @@ run detail, steps, messages, tool calls, memory, sessions and the JSON Lines exp
 from __future__ import annotations
 
 import base64
+import gc
+import io
 import json
+import weakref
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -630,6 +633,60 @@ def test_runs_list_and_steps_take_the_same_number_of_queries_for_more_rows(tenan
     load(tenant.project, runs=[RunEvent(f"more-{n}", {"started_at": at(n)}) for n in range(20)])
     many = (queries_for(runs_url(tenant)), queries_for(runs_url(tenant, f"{run_pk(tenant.project, 'big')}/steps/")))
     assert many == few
+
+
+def _served(path: str, raw_key: str):
+    """The answer to ``GET path`` from the handler the test client uses, without the
+    client (which ties each response to itself and keeps it): returns the response,
+    read and closed as a WSGI server leaves it, and its body."""
+    from django.test.client import ClientHandler
+
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": path,
+        "QUERY_STRING": "",
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_HOST": "testserver",
+        "HTTP_AUTHORIZATION": f"Bearer {raw_key}",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(b""),
+        "wsgi.errors": io.StringIO(),
+    }
+    response = ClientHandler()(environ)  # closed, as a server closes it
+    return response, response.content
+
+
+def test_a_served_list_and_the_rows_read_for_it_are_freed_when_sent(tenant, make_api_key):
+    """DRF keeps an answer on its view and in its renderer's context, and its list
+    serializer binds each list to itself: reference cycles through which every answer,
+    and the rows read for it, waited for the garbage collector's next pass (on a web
+    process, tens of milliseconds in the request that happened to trigger it). The runs
+    list and a run's steps are freed as soon as the server closes the answer."""
+    from runs.api.listed import ListedRow
+
+    load(tenant.project, steps=[llm_step("t", f"s{n}", "mistral-small-2603", 1, 1, n) for n in range(30)])
+    load(tenant.project, runs=[RunEvent(f"run-{n}", {"started_at": at(n)}) for n in range(30)])
+    _key, raw = make_api_key(tenant.project, ["read"])
+    for path, items in (
+        (runs_url(tenant), lambda answer: answer["results"]),
+        (runs_url(tenant, f"{run_pk(tenant.project, 't')}/steps/"), lambda answer: answer),
+    ):
+        _served(path, raw)  # the first request of a path sets up what every later one reuses
+        gc.collect()
+        gc.disable()
+        try:
+            response, body = _served(path, raw)
+            answer = weakref.ref(response)
+            del response
+            outlived = answer() is not None
+            left = [thing for thing in gc.get_objects() if type(thing) is ListedRow]
+        finally:
+            gc.enable()
+        assert len(items(json.loads(body))) >= 30
+        assert not outlived, f"{path}: the answer outlived its request"
+        assert left == [], f"{path}: {len(left)} rows outlived the request"
 
 
 @pytest.mark.parametrize(
