@@ -635,30 +635,47 @@ def test_runs_list_and_steps_take_the_same_number_of_queries_for_more_rows(tenan
     assert many == few
 
 
-def _served(path: str, raw_key: str):
-    """The answer to ``GET path`` from the handler the test client uses, without the
-    client (which ties each response to itself and keeps it): returns the response,
-    read and closed as a WSGI server leaves it, and its body."""
-    from django.test.client import ClientHandler
+def _served(path: str, raw_key: str, protocol: str):
+    """The answer to ``GET path`` from the handler the test client uses (WSGI or ASGI),
+    without the client, which ties each response to itself and keeps it: returns the
+    response, closed as a server leaves it, and its body."""
+    from django.test.client import AsyncClientHandler, ClientHandler
 
-    environ = {
-        "REQUEST_METHOD": "GET",
-        "PATH_INFO": path,
-        "QUERY_STRING": "",
-        "SERVER_NAME": "testserver",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "HTTP_HOST": "testserver",
-        "HTTP_AUTHORIZATION": f"Bearer {raw_key}",
-        "wsgi.url_scheme": "http",
-        "wsgi.input": io.BytesIO(b""),
-        "wsgi.errors": io.StringIO(),
-    }
-    response = ClientHandler()(environ)  # closed, as a server closes it
+    if protocol == "wsgi":
+        response = ClientHandler()(
+            {
+                "REQUEST_METHOD": "GET",
+                "PATH_INFO": path,
+                "QUERY_STRING": "",
+                "SERVER_NAME": "testserver",
+                "SERVER_PORT": "80",
+                "SERVER_PROTOCOL": "HTTP/1.1",
+                "HTTP_HOST": "testserver",
+                "HTTP_AUTHORIZATION": f"Bearer {raw_key}",
+                "wsgi.url_scheme": "http",
+                "wsgi.input": io.BytesIO(b""),
+                "wsgi.errors": io.StringIO(),
+            }
+        )
+    else:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "query_string": b"",
+            "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {raw_key}".encode())],
+            "server": ("testserver", 80),
+            "client": ("127.0.0.1", 50000),
+        }
+        response = async_to_sync(AsyncClientHandler())(scope)
     return response, response.content
 
 
-def test_a_served_list_and_the_rows_read_for_it_are_freed_when_sent(tenant, make_api_key):
+@pytest.mark.parametrize("protocol", ["wsgi", "asgi"])
+def test_a_served_list_and_the_rows_read_for_it_are_freed_when_sent(tenant, make_api_key, protocol):
     """DRF keeps an answer on its view and in its renderer's context, and its list
     serializer binds each list to itself: reference cycles through which every answer,
     and the rows read for it, waited for the garbage collector's next pass (on a web
@@ -673,11 +690,11 @@ def test_a_served_list_and_the_rows_read_for_it_are_freed_when_sent(tenant, make
         (runs_url(tenant), lambda answer: answer["results"]),
         (runs_url(tenant, f"{run_pk(tenant.project, 't')}/steps/"), lambda answer: answer),
     ):
-        _served(path, raw)  # the first request of a path sets up what every later one reuses
+        _served(path, raw, protocol)  # the first request of a path sets up what every later one reuses
         gc.collect()
         gc.disable()
         try:
-            response, body = _served(path, raw)
+            response, body = _served(path, raw, protocol)
             answer = weakref.ref(response)
             del response
             outlived = answer() is not None
