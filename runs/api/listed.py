@@ -15,6 +15,7 @@ from django.core.exceptions import EmptyResultSet
 from django.db import connections, models
 from django.db.models import JSONField, TextField
 from django.db.models.functions import Cast
+from django.utils import timezone
 from psycopg.types.datetime import TimestamptzLoader
 from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
@@ -229,10 +230,15 @@ class ListedSerializer(serializers.ModelSerializer):
         both, so the answer and every row it was built from stay in a reference cycle
         until the garbage collector's next pass; nothing in this list refers back, and
         it is freed with the response (docs/performance.md, "Answers freed when sent").
-        One serializer per class does the work (its plan of the fields is built once)."""
-        child = cls.__dict__.get("_listed_child")
+        One serializer per class and current time zone (which its times are written in)
+        does the work: its plan of the fields is built once."""
+        children = cls.__dict__.get("_listed_children")
+        if children is None:
+            children = cls._listed_children = {}
+        zone = timezone.get_current_timezone()
+        child = children.get(zone)
         if child is None:
-            child = cls._listed_child = cls()
+            child = children[zone] = cls()
         represent_one = child.to_representation
         return [represent_one(row) for row in rows]
 

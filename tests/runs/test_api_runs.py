@@ -9,6 +9,7 @@ import io
 import json
 import weakref
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -633,6 +634,25 @@ def test_runs_list_and_steps_take_the_same_number_of_queries_for_more_rows(tenan
     load(tenant.project, runs=[RunEvent(f"more-{n}", {"started_at": at(n)}) for n in range(20)])
     many = (queries_for(runs_url(tenant)), queries_for(runs_url(tenant, f"{run_pk(tenant.project, 'big')}/steps/")))
     assert many == few
+
+
+def test_listed_times_are_written_in_the_current_time_zone(tenant, three_runs, reader):
+    """As DRF writes times: in the time zone current when answering (UTC as "Z"), each
+    zone's answer from its own serializer, whichever answered first."""
+    from django.utils import timezone
+
+    with timezone.override(ZoneInfo("Asia/Tokyo")):
+        tokyo = reader.get(runs_url(tenant)).json()["results"]
+    utc = reader.get(runs_url(tenant)).json()["results"]
+    with timezone.override(ZoneInfo("America/New_York")):
+        new_york = reader.get(runs_url(tenant)).json()["results"]
+    assert [run["started_at"][-6:] for run in tokyo] == ["+09:00"] * 3
+    assert [run["started_at"][-1] for run in utc] == ["Z"] * 3
+    assert {run["started_at"][-6:] for run in new_york} <= {"-05:00", "-04:00"}
+    for answers in (tokyo, new_york):
+        assert [datetime.fromisoformat(run["started_at"]) for run in answers] == [
+            datetime.fromisoformat(run["started_at"]) for run in utc
+        ]
 
 
 def _served(path: str, raw_key: str, protocol: str):
