@@ -97,36 +97,41 @@ def _iso_datetime(field):
 
 class ListedRow:
     """A row read for a ``ListedSerializer``: ``listed_values`` holds its columns in the
-    field order of ``listed_by``, the serializer class that read it; a column reads as an
-    attribute named by its source (a JSON column as ``RawJSON``), and the caller may set
-    other attributes (a step's depth)."""
+    field order of the serializer class that read it. Each such class reads its rows as
+    a subclass of its own (``ListedSerializer.listed_row_class``) in which a column reads
+    as an attribute named by its source (a JSON column as ``RawJSON``); the caller may
+    set other attributes (a step's depth)."""
 
-    __slots__ = ("listed_values", "listed_by", "__dict__")
+    __slots__ = ("listed_values", "__dict__")
 
-    def __getattr__(self, name):
-        if name.startswith("listed_"):
-            raise AttributeError(name)
-        columns = self.listed_by.listed_columns()
-        try:
-            value = self.listed_values[columns.index[name]]
-        except KeyError:
-            raise AttributeError(name) from None
-        if value is not None and name in columns.raw:
-            value = RawJSON(value)
-        self.__dict__[name] = value  # the next read is a plain attribute (the step tree reads ids often)
-        return value
+
+def _column(position: int, raw: bool) -> property:
+    """The attribute of a ``ListedRow`` that reads column ``position`` (as ``RawJSON`` if
+    ``raw``): a property, a fraction of the cost of looking a name up on each miss (the
+    step tree reads two ids of every step)."""
+    if raw:
+
+        def read(row):
+            value = row.listed_values[position]
+            return None if value is None else RawJSON(value)
+
+    else:
+
+        def read(row):
+            return row.listed_values[position]
+
+    return property(read)
 
 
 @dataclass(frozen=True)
 class _Columns:
     """What ``ListedSerializer.read`` selects: the sources of the fields that are model
     columns (in field order), the selected names (a JSON column by an alias of its text),
-    the text casts, each source's position, and the JSON columns."""
+    the text casts, and the JSON columns."""
 
     sources: list[str]
     selected: list[str]
     texts: dict
-    index: dict[str, int]
     raw: frozenset[str]
 
 
@@ -197,7 +202,6 @@ class ListedSerializer(serializers.ModelSerializer):
                 sources=sources,
                 selected=selected,
                 texts=texts,
-                index={source: position for position, source in enumerate(sources)},
                 raw=frozenset(source for source, name in zip(sources, selected, strict=True) if name in texts),
             )
         return columns
@@ -215,13 +219,28 @@ class ListedSerializer(serializers.ModelSerializer):
         if fetched != columns.selected:  # the statement's columns in the fields' order
             order = [fetched.index(name) for name in columns.selected]
             values = [tuple(row[position] for position in order) for row in values]
-        new = ListedRow.__new__
+        row_class = cls.listed_row_class()
+        new = row_class.__new__
         out = []
         for row_values in values:
-            row = new(ListedRow)
-            row.listed_values, row.listed_by = row_values, cls
+            row = new(row_class)
+            row.listed_values = row_values
             out.append(row)
         return out
+
+    @classmethod
+    def listed_row_class(cls) -> type[ListedRow]:
+        """The class of the rows ``read`` gives: ``ListedRow`` with an attribute per column."""
+        row_class = cls.__dict__.get("_listed_row_class")
+        if row_class is None:
+            columns = cls.listed_columns()
+            attributes = {
+                source: _column(position, source in columns.raw) for position, source in enumerate(columns.sources)
+            }
+            row_class = cls._listed_row_class = type(
+                f"{cls.__name__}Row", (ListedRow,), {"__slots__": (), **attributes}
+            )
+        return row_class
 
     @classmethod
     def represent(cls, rows) -> list[dict]:
@@ -265,7 +284,7 @@ class ListedSerializer(serializers.ModelSerializer):
         return plan
 
     def to_representation(self, instance):
-        if type(instance) is ListedRow and instance.listed_by is type(self):
+        if type(instance) is type(self).__dict__.get("_listed_row_class"):
             row_plan = self._row_plan(type(self).Meta.model)
             if row_plan is not None:
                 names, converted, extra = row_plan
