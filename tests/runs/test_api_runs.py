@@ -718,6 +718,7 @@ def test_a_served_list_and_the_rows_read_for_it_are_freed_when_sent(tenant, make
             answer = weakref.ref(response)
             del response
             outlived = answer() is not None
+            # By type, not isinstance(): that would evaluate lazy objects (a request's user).
             left = [thing for thing in gc.get_objects() if ListedRow in type(thing).__mro__]
         finally:
             gc.enable()
