@@ -37,6 +37,24 @@ def test_secret_is_encrypted_at_rest_and_never_returned(tenant, client_for):
     assert PLAINTEXT not in str(event.data)
 
 
+def test_credentials_are_read_by_one_statement_in_their_organizations_scope_only(
+    tenant, other_tenant, django_assert_num_queries
+):
+    from agentops.scoping import UnscopedQueryError
+
+    organization = tenant.organization
+    with organization_scope(organization):
+        provider_secret_set(organization=organization, actor=tenant.owner, provider="mistral", api_key=PLAINTEXT)
+        with django_assert_num_queries(1):
+            assert provider_credentials(organization=organization, provider="mistral") == (PLAINTEXT, "")
+        assert provider_credentials(organization=organization, provider="wandb") is None
+        assert provider_credentials(organization=other_tenant.organization, provider="mistral") is None
+    with organization_scope(other_tenant.organization):
+        assert provider_credentials(organization=organization, provider="mistral") is None
+    with pytest.raises(UnscopedQueryError):
+        provider_credentials(organization=organization, provider="mistral")
+
+
 def test_unknown_provider_is_a_clear_400(tenant, client_for):
     response = client_for(tenant.admin).put(_url(tenant, "nope"), {"api_key": PLAINTEXT}, format="json")
     assert response.status_code == 400

@@ -357,3 +357,22 @@ def test_a_queued_logging_whose_message_was_lost_is_logged_by_the_sweep(celery_w
     sweep_wandb()  # the beat's task; the sweep proper skips a run that has a row
     wait_for(lambda: (e := export_of(tenant, run)) and e.status == WandbExport.Status.LOGGED, "the run logged")
     assert [r for r in logged_runs(offline, f"agentops-run-{run.pk}") if r["summary"].get("status") == "succeeded"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "key", "wanted"),
+    [("runs", "own", True), ("experiments", "own", False), ("runs", None, False), ("runs", "another's", False)],
+)
+def test_an_executed_runs_end_asks_for_the_projects_mode_and_its_own_organizations_key(
+    tenant, other_tenant, mode, key, wanted, django_assert_num_queries
+):
+    from evals.services.wandb_export.runs import _wants_runs
+
+    if key == "another's":
+        with organization_scope(other_tenant.organization):
+            provider_secret_set(
+                organization=other_tenant.organization, actor=other_tenant.owner, provider="wandb", api_key="g" * 40
+            )
+    choose(tenant, mode, key=key == "own")
+    with organization_scope(tenant.organization), django_assert_num_queries(1):
+        assert _wants_runs(tenant.organization.pk, tenant.project.pk) is wanted

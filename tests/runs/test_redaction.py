@@ -156,3 +156,38 @@ def test_a_slow_custom_pattern_that_slipped_past_the_probes_redacts_the_whole_va
     redactor = Redactor([], [r"(x+x+)+y"])
     assert redactor.apply({"note": "x" * 5000}) == {"note": REPLACEMENT}
     assert redactor.apply("ticket xxy") == "ticket [REDACTED]"
+
+
+def test_the_redactor_is_the_settings_as_saved_read_in_the_organization_in_scope(
+    tenant, other_tenant, django_assert_num_queries
+):
+    """Read for every batch and every executed run by one statement: a rule saved applies
+    to the next read, a rule removed stops applying, and another organization's scope
+    (or none) does not read this project's rules."""
+    from agentops.scoping import UnscopedQueryError
+    from runs.services.redaction import NO_REDACTION, redactor_for
+
+    project = tenant.project
+
+    def save(redact, custom):
+        ingest_settings_update(
+            project=project, actor=tenant.owner, redact=redact, custom_patterns=custom, retention_days=None
+        )
+
+    with organization_scope(project.organization):
+        assert redactor_for(project) is NO_REDACTION  # never saved
+        save(["email"], [])
+        with django_assert_num_queries(1):
+            redactor = redactor_for(project)
+        assert redactor.apply("mail bob@example.com") == f"mail {REPLACEMENT}"
+        save([], ["secret"])
+        assert redactor_for(project).apply("a secret for bob@example.com") == f"a {REPLACEMENT} for bob@example.com"
+        save(["email"], [])
+        assert redactor_for(project) is redactor  # the same rules: compiled once
+        save([], [])
+        assert redactor_for(project) is NO_REDACTION
+        save(["email"], [])
+    with organization_scope(other_tenant.organization):
+        assert redactor_for(project) is NO_REDACTION
+    with pytest.raises(UnscopedQueryError):
+        redactor_for(project)
