@@ -108,38 +108,7 @@ class Subject:
         ``trajectory``, for evaluators that read only the output); the item,
         when given, supplies input, expected and metadata (else the run's input and
         metadata, and no expected output). Needs the run's organization in scope."""
-        from runs.models import Step, ToolCall
-
-        rows = (
-            Step.objects.filter(run=run)
-            .order_by("started_at", "id")
-            .only("kind", "name", "status", "model", "input", "output", "error", "duration_ms", "started_at")
-        )
-        if not trajectory:
-            rows = rows.none()
-        steps = [
-            StepView(
-                kind=row.kind,
-                name=row.name,
-                status=row.status,
-                model=row.model,
-                input=row.input,
-                output=row.output,
-                error=row.error,
-                latency_ms=round(row.duration_ms) if row.duration_ms is not None else None,
-            )
-            for row in rows
-        ]
-        calls = (
-            [
-                ToolCallView(name=row.tool_name, arguments=row.arguments, result=row.result, error=row.error)
-                for row in ToolCall.objects.filter(run=run)
-                .order_by("started_at", "id")
-                .only("tool_name", "arguments", "result", "error", "started_at")
-            ]
-            if trajectory
-            else []
-        )
+        steps, calls = _trajectory(run) if trajectory else ([], [])
         if item is not None:
             item_input, expected, metadata = _item_fields(item)
         else:
@@ -203,3 +172,31 @@ class Outcome:
     # billing ledger as evaluation spend. Keys: model, input_tokens, cached_input_tokens,
     # output_tokens, cost (Decimal or None: unpriced), price_id.
     model_call: dict | None = None
+
+
+def _trajectory(run) -> tuple[list[StepView], list[ToolCallView]]:
+    """The run's steps and tool calls, in the order they started (two queries)."""
+    from runs.models import Step, ToolCall
+
+    steps = [
+        StepView(
+            kind=row.kind,
+            name=row.name,
+            status=row.status,
+            model=row.model,
+            input=row.input,
+            output=row.output,
+            error=row.error,
+            latency_ms=round(row.duration_ms) if row.duration_ms is not None else None,
+        )
+        for row in Step.objects.filter(run=run)
+        .order_by("started_at", "id")
+        .only("kind", "name", "status", "model", "input", "output", "error", "duration_ms", "started_at")
+    ]
+    calls = [
+        ToolCallView(name=row.tool_name, arguments=row.arguments, result=row.result, error=row.error)
+        for row in ToolCall.objects.filter(run=run)
+        .order_by("started_at", "id")
+        .only("tool_name", "arguments", "result", "error", "started_at")
+    ]
+    return steps, calls

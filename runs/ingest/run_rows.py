@@ -9,7 +9,7 @@ over an inner span's; only runs this batch has locked are ever written.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ImproperlyConfigured
@@ -18,7 +18,7 @@ from django.db.models import JSONField
 from psycopg.sql import Literal
 
 from runs.events import RUN_FIELDS, RUN_HINT_FIELDS
-from runs.ingest.sql import Upsert, copy_upsert, records_parameter, storable
+from runs.ingest.sql import records_parameter, storable
 from runs.models import Run
 from runs.services.redaction import Redactor
 
@@ -299,27 +299,38 @@ def _merge_events(run_by_trace: dict[str, Run], run_events, step_events, redacto
     return merged
 
 
-def _update_runs(project, run_by_trace: dict[str, Run], merged: _Merged) -> None:
-    """Write the merged fields of runs that exist and are locked: the INSERT only ever
-    updates."""
-    if not merged.fields:
+def _update_runs(run_by_trace: dict[str, Run], merged: _Merged) -> None:
+    """Write the merged fields of runs that exist and are locked, by id: one UPDATE of
+    only those fields, its values one jsonb parameter (``records_parameter``, read and
+    cast as ``_insert_runs_sql`` reads them). The statement is the same for every batch
+    that changes the same fields: psycopg parses it once per process (the INSERT ... ON
+    CONFLICT of whole rows it replaced sent all fifty columns, their defaults included,
+    as parameters: over psycopg's limit for caching a statement's parse)."""
+    names = tuple(sorted(merged.fields))
+    records = [
+        {"id": run.pk, **{name: getattr(run, name) for name in names}}
+        for trace_id, run in run_by_trace.items()
+        if trace_id in merged.runs
+    ]
+    if not records:
         return
-    copy_upsert(
-        Upsert(
-            Run,
-            [
-                {
-                    "organization_id": project.organization_id,
-                    "project_id": project.pk,
-                    "trace_id": run.trace_id,
-                    **{name: getattr(run, name) for name in merged.fields},
-                }
-                for trace_id, run in run_by_trace.items()
-                if trace_id in merged.runs
-            ],
-            unique_fields=("project", "trace_id"),
-            update_fields=tuple(sorted(merged.fields)),
-        )
+    with connection.cursor() as cursor:
+        cursor.execute(_update_runs_sql(names), {"runs": records_parameter(records, _json_run_fields())})
+
+
+@lru_cache(maxsize=64)
+def _update_runs_sql(names: tuple[str, ...]) -> str:
+    """UPDATE of the fields ``names`` (attribute names) of the runs of ``%(runs)s``."""
+    quote = connection.ops.quote_name
+    record, assignments = ["id bigint"], []
+    for name in names:
+        f = Run._meta.get_field(name)
+        as_read = "jsonb" if isinstance(f, JSONField) else "text[]" if isinstance(f, ArrayField) else "text"
+        record.append(f"{quote(name)} {as_read}")
+        assignments.append(f"{quote(f.column)} = batch.{quote(name)}::{f.db_type(connection)}")
+    return (
+        f"UPDATE runs_run AS run SET {', '.join(assignments)} "  # noqa: S608 - quoted names of Run's fields
+        f"FROM jsonb_to_recordset(%(runs)s::jsonb) AS batch({', '.join(record)}) WHERE run.id = batch.id"
     )
 
 
@@ -355,10 +366,10 @@ def upsert_runs(project, trace_ids, run_events, step_events, redactor: Redactor,
             # Another batch created them first: merge into them as stored, like any run.
             raced_by_trace = {run.trace_id: run for run in _lock_raced_runs(project, raced)}
             raced_merged = _merge_events(raced_by_trace, run_events, step_events, redactor)
-            _update_runs(project, raced_by_trace, raced_merged)
+            _update_runs(raced_by_trace, raced_merged)
             run_by_trace.update(raced_by_trace)
             search_changed |= raced_merged.search
-    _update_runs(project, run_by_trace, merged)
+    _update_runs(run_by_trace, merged)
     # The batch's order (trace ids sorted), whatever the order of locking.
     run_by_trace = {trace_id: run_by_trace[trace_id] for trace_id in trace_ids}
     return UpsertedRuns(

@@ -121,7 +121,11 @@ def test_a_run_created_with_its_events_merged_is_stored_as_one_updated_after_cre
         "tags": ["prod", "eu"],
         "metadata": {"team": "support", "score": float("nan")},
         "started_at": _at(-5),
+        "ended_at": _at(-1),
         "release": "1.2.3",
+        "agent_name": "support-bot",
+        "input": {"question": "where is my order?", "note": "nul \x00"},
+        "output": "in transit",
     }
     hinted = _trace()
     hinted[0].run_hints |= {"end_user_id": "u-7", "environment": "staging", "tags": ["ignored"]}
@@ -142,6 +146,10 @@ def test_a_run_created_with_its_events_merged_is_stored_as_one_updated_after_cre
     assert search["new"] == search["old"]
     assert (stored[0]["name"], stored[0]["tags"], stored[0]["error"]) == ("explicit name", ["prod", "eu"], "boom  here")
     assert stored[0]["metadata"] == {"team": "support", "score": "NaN"}
+    assert (stored[0]["input"], stored[0]["agent_name"]) == (
+        {"question": "where is my order?", "note": "nul "},
+        "support-bot",
+    )
     assert (stored[0]["end_user_id"], stored[0]["agent_version"], stored[0]["session_id"]) == ("u-7", "v2", "s-1")
     assert stored[0]["explicit_fields"] == list(explicit)
     assert stored[0]["status_explicit"] is True
