@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+import typing
 from typing import Any
 
 from agentops.llm.base import CallAbandoned, ChatResult, OnText, ProviderError
@@ -70,13 +71,29 @@ def _model_for(name: str, typ: Any, config: tuple):
     return create_model(name, body=(typ, ...), __config__=ConfigDict(**dict(config)))
 
 
+@functools.lru_cache(maxsize=256)
+def _type_hints_of(cls: type) -> dict:
+    """``typing.get_type_hints`` of an SDK model class, worked out once per process (see
+    ``_reuse_sdk_models``)."""
+    return typing.get_type_hints(cls)
+
+
+def _type_hints(obj: Any, *args: Any, **kwargs: Any) -> dict:
+    if args or kwargs or not isinstance(obj, type):
+        return typing.get_type_hints(obj, *args, **kwargs)
+    return dict(_type_hints_of(obj))  # a copy: the caller may change it
+
+
 def _reuse_sdk_models() -> None:
-    """Make the SDK keep the models it (un)marshals through. mistralai builds a new pydantic
-    model class (``create_model("Unmarshaller", body=(typ, ...))``) for every request field
-    and every streamed event it reads: about ten per call, most of a call's CPU time. The
-    same type gives the same model, so the one built for a type is kept and used again;
-    a call the cache cannot key (an unhashable type) builds its model as before."""
-    from mistralai.client.utils import serializers
+    """Make the SDK keep what it works out again for every call. mistralai builds a new
+    pydantic model class (``create_model("Unmarshaller", body=(typ, ...))``) for every
+    request field and every streamed event it reads: about ten per call, most of a call's
+    CPU time. The same type gives the same model, so the one built for a type is kept and
+    used again; a call the cache cannot key (an unhashable type) builds its model as
+    before. And it evaluates the type hints of the request's class (thirty fields) to
+    find its path and query parameters on every call: a class's hints do not change, so
+    they are evaluated once per class."""
+    from mistralai.client.utils import queryparams, serializers, url
 
     if getattr(serializers.create_model, "reuses_models", False):
         return
@@ -92,6 +109,7 @@ def _reuse_sdk_models() -> None:
 
     create_model.reuses_models = True
     serializers.create_model = create_model
+    queryparams.get_type_hints = url.get_type_hints = _type_hints
 
 
 class MistralProvider:

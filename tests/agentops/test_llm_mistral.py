@@ -43,8 +43,12 @@ def test_a_base_url_whose_name_rebinds_to_a_private_address_gets_neither_the_key
 
 def test_calls_after_the_first_build_no_new_sdk_models_and_answer_the_same(fake_mistral):
     """The SDK builds a pydantic model for each value it reads or writes; the provider keeps
-    them, so a process's later calls (streamed or not) build none, and answer as before."""
-    from agentops.llm.mistral import _model_for
+    them, so a process's later calls (streamed or not) build none, and answer as before;
+    the type hints of the request classes are evaluated once per class likewise."""
+    from agentops.llm.mistral import _model_for, _type_hints_of
+
+    _model_for.cache_clear()  # as in a new process, whatever ran before in this one
+    _type_hints_of.cache_clear()
     from tests.fake_mistral import completion
 
     provider = MistralProvider(api_key="sk-test", base_url=fake_mistral.url, retry_max_elapsed_ms=500)
@@ -60,9 +64,9 @@ def test_calls_after_the_first_build_no_new_sdk_models_and_answer_the_same(fake_
         for streamed in (False, True):
             fake_mistral.reply(completion(content="It is 42.", tool_calls=[("c1", "calc", {"x": 6})]))
             answers.append(provider.chat(**request, on_text=(lambda piece: None) if streamed else None))
-        built.append(_model_for.cache_info().misses)
+        built.append((_model_for.cache_info().misses, _type_hints_of.cache_info().misses))
 
-    assert built[0] > 0
+    assert built[0][0] > 0 and built[0][1] > 0
     assert built[1] == built[0]  # the second round built nothing new
     for answer in answers:
         assert answer.content == "It is 42."
