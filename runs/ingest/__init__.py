@@ -16,7 +16,7 @@ The package, in the order of the work:
 - ``run_rows``: the batch's runs, locked or created, merged with the events, linked to
   their parent run;
 - ``item_rows``: the rows of steps (with their cost), messages, tool calls, snapshots;
-- ``sql``: the upsert statements (multi-row INSERT or COPY) and storable values;
+- ``sql``: the upsert statements (INSERT from a jsonb parameter, or COPY) and storable values;
 - ``totals``: ``recompute_run_totals()``, the runs' totals, status and search text.
 
 It builds on ``runs.events`` and never imports ``runs.otlp`` (which builds the events

@@ -1,6 +1,6 @@
 """How rows reach PostgreSQL: one upsert per table, keyed by the client-visible id.
 
-A few rows (the executor's batches) go as one multi-row INSERT for every table at once;
+A few rows (the executor's batches) go as one INSERT from jsonb for every table at once;
 many go through COPY into a temporary table, then one INSERT ... ON CONFLICT. Rows of
 runs the batch itself created cannot conflict with anything (``copy_new``): they go by
 COPY straight into their table, PostgreSQL's fastest way in. A table whose every column
@@ -16,6 +16,7 @@ refuses (``runs.events``' cleaners).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -119,7 +120,7 @@ def records_parameter(records: list[dict], json_names: frozenset[str]) -> Jsonb:
         return orjson.dumps(
             [
                 {
-                    name: orjson.Fragment(_jsonb_bytes(value)) if name in json_names else storable(value, False)
+                    name: orjson.Fragment(_jsonb_bytes(value)) if name in json_names else _record_value(value)
                     for name, value in record.items()
                     if value is not None
                 }
@@ -131,7 +132,15 @@ def records_parameter(records: list[dict], json_names: frozenset[str]) -> Jsonb:
     return Jsonb(records, dumps=encode)
 
 
-# Up to this many rows, one multi-row INSERT; beyond, COPY through a temporary table.
+def _record_value(value: Any) -> Any:
+    """A value of a column that is not JSON, as ``storable`` makes it; a float that is not
+    finite as its text (JSON has no NaN: orjson would write null), as PostgreSQL reads it."""
+    if value.__class__ is float and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    return storable(value, False)
+
+
+# Up to this many rows, one INSERT from jsonb; beyond, COPY through a temporary table.
 SMALL_UPSERT_ROWS = 20
 
 
@@ -205,10 +214,6 @@ def upsert_sql(model, unique_fields: tuple[str, ...], update_fields: tuple[str, 
     )
 
 
-def _json_value(value: Any) -> Any:
-    return None if value is None else Jsonb(value, dumps=_jsonb_bytes)
-
-
 def _json_copy_text(value: Any) -> str:
     """A JSON column's value for a COPY in text format: its text (PostgreSQL parses it
     as jsonb), without psycopg's Jsonb wrapper around the same encoding."""
@@ -232,17 +237,14 @@ def _aware(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
-def _row_writer(sql: UpsertSQL, *, copy: bool = False):
-    """A function of a row (a dict by attribute name) to its storable values in the order
-    of ``sql.fields`` (``storable``'s; for ``copy`` JSON as its encoded bytes, or as text
-    for a table copied in text format); fields a row lacks take their default. Only text
-    and JSON columns are looked at, and times for a binary COPY: numbers and ids go as
-    they are."""
-    binary = copy and sql.binary_types is not None
-    if not copy:
-        json_value = _json_value
-    else:
-        json_value = _jsonb_bytes if binary else _json_copy_text
+def _row_writer(sql: UpsertSQL):
+    """A function of a row (a dict by attribute name) to its values for a COPY in the
+    order of ``sql.fields`` (``storable``'s, JSON as its encoded bytes, or as text for a
+    table copied in text format); fields a row lacks take their default. Only text and
+    JSON columns are looked at, and times for a binary COPY: numbers and ids go as they
+    are."""
+    binary = sql.binary_types is not None
+    json_value = _jsonb_bytes if binary else _json_copy_text
     columns = []
     for f in sql.fields:
         if isinstance(f, JSONField):
@@ -288,7 +290,7 @@ def copy_new(upsert: Upsert) -> None:
     if not upsert.rows:
         return
     sql = upsert_sql(upsert.model, upsert.unique_fields, upsert.update_fields)
-    values_of = _row_writer(sql, copy=True)
+    values_of = _row_writer(sql)
     with connection.cursor() as cursor, _copy(cursor.cursor, sql.table, sql) as copy:
         for row in upsert.rows:
             copy.write_row(values_of(row))
@@ -298,26 +300,24 @@ def copy_upsert(*upserts: Upsert) -> None:
     """Write ``upserts``. Many rows go through COPY into a temporary table and one INSERT
     ... ON CONFLICT DO UPDATE: the fastest way PostgreSQL takes many rows of large JSON
     (about 3x bulk_create's, measured with bench/ingest_otlp.py). A few rows (the
-    executor's batches) go as INSERT ... VALUES, those of every table in one statement:
-    one round trip instead of one per table, or the four statements of the COPY path.
-    Values go to psycopg as the builders above made them, JSON encoded; only
-    what PostgreSQL would refuse (NUL characters, unpaired surrogates, NaN) is cleaned on
-    the way."""
+    executor's batches) go as INSERT ... SELECT from one jsonb parameter per table
+    (``records_parameter``, read by ``jsonb_populate_recordset`` as the table's own row
+    type), those of every table in one statement: one round trip instead of one per
+    table, or the four statements of the COPY path; and the same statement for every
+    batch of the same tables, which psycopg parses once per process and PostgreSQL
+    prepares, where a multi-row VALUES sent every column of every row as a parameter
+    (more than psycopg keeps a parse for) and was planned again each time. Values are
+    written as the builders above made them, JSON encoded; only what PostgreSQL would
+    refuse (NUL characters, unpaired surrogates, NaN) is cleaned on the way."""
     small, params = [], []
     with connection.cursor() as cursor:
         for upsert in upserts:
             if not upsert.rows:
                 continue
             sql = upsert_sql(upsert.model, upsert.unique_fields, upsert.update_fields)
-            small_rows = len(upsert.rows) <= SMALL_UPSERT_ROWS
-            values_of = _row_writer(sql, copy=not small_rows)
-            if small_rows:
-                placeholders = "(" + ", ".join(["%s"] * len(sql.fields)) + ")"
-                small.append(
-                    f"INSERT INTO {sql.table} ({sql.columns}) "  # noqa: S608 - names are quoted constants
-                    f"VALUES {', '.join([placeholders] * len(upsert.rows))} {sql.on_conflict}"
-                )
-                params += [value for row in upsert.rows for value in values_of(row)]
+            if len(upsert.rows) <= SMALL_UPSERT_ROWS:
+                small.append(_recordset_upsert_sql(upsert.model, upsert.unique_fields, upsert.update_fields))
+                params.append(records_parameter(_records(sql, upsert.rows), _json_columns(upsert.model)))
                 continue
             temp = connection.ops.quote_name(f"_ingest_{upsert.model._meta.db_table}")
             # One temporary table per connection, emptied before each use and at commit.
@@ -326,6 +326,7 @@ def copy_upsert(*upserts: Upsert) -> None:
                 f"SELECT {sql.columns} FROM {sql.table} WITH NO DATA"
             )
             cursor.execute(f"TRUNCATE {temp}")
+            values_of = _row_writer(sql)
             with _copy(cursor.cursor, temp, sql) as copy:
                 for row in upsert.rows:
                     copy.write_row(values_of(row))
@@ -337,4 +338,30 @@ def copy_upsert(*upserts: Upsert) -> None:
         elif small:
             # Data-modifying WITH queries run to their end even when nothing reads them.
             ctes = ", ".join(f"upsert_{i} AS ({statement})" for i, statement in enumerate(small))
-            cursor.execute(f"WITH {ctes} SELECT 1", params)
+            cursor.execute(f"WITH {ctes} SELECT 1", params)  # noqa: S608 - cached statements of quoted names
+
+
+@cache
+def _recordset_upsert_sql(model, unique_fields: tuple[str, ...], update_fields: tuple[str, ...]) -> str:
+    """The upsert of ``upsert_sql`` from one jsonb parameter: an array of records keyed by
+    column, read as the table's row type (each value through its column's type, as an
+    INSERT of it would be), in the array's order."""
+    sql = upsert_sql(model, unique_fields, update_fields)
+    return (
+        f"INSERT INTO {sql.table} ({sql.columns}) SELECT {sql.columns} "  # noqa: S608 - quoted constants
+        f"FROM jsonb_populate_recordset(NULL::{sql.table}, %s::jsonb) WITH ORDINALITY AS batch "
+        f"ORDER BY batch.ordinality {sql.on_conflict}"
+    )
+
+
+def _records(sql: UpsertSQL, rows: list[dict]) -> list[dict]:
+    """``rows`` (dicts by attribute name) as records keyed by column, every field of
+    ``sql`` present: those a row lacks take their default (worked out once per call, as
+    for a COPY)."""
+    fields = [(f.attname, f.column, f.get_default()) for f in sql.fields]
+    return [{column: row.get(name, default) for name, column, default in fields} for row in rows]
+
+
+@cache
+def _json_columns(model) -> frozenset[str]:
+    return frozenset(f.column for f in model._meta.concrete_fields if isinstance(f, JSONField))

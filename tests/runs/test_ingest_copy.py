@@ -1,5 +1,6 @@
 """The three ways ingest() writes item rows store the same values: a few rows as one
-INSERT, many rows of runs the batch creates by COPY into their tables, many rows of runs
+INSERT from a jsonb parameter per table (JSON has no NaN or Infinity: floats that are not
+finite must still come out as sent), many rows of runs the batch creates by COPY into their tables, many rows of runs
 that exist by COPY into a temporary table and INSERT ... ON CONFLICT. Both COPYs of the
 item tables go in PostgreSQL's binary format (runs.ingest.sql), where every value is
 dumped by its column's type: times (naive ones too), amounts, floats, NULLs, text PostgreSQL refuses
@@ -78,7 +79,7 @@ def _events(trace_id: str, index: int) -> dict:
                 arguments=ODD_JSON,
                 result=None if index % 2 else ODD_TEXT,
                 error=ODD_TEXT,
-                latency_ms=None if index % 3 == 0 else index * 0.1,
+                latency_ms=None if index % 3 == 0 else float("inf") if index % 7 == 1 else index * 0.1,
                 started_at=started,
             )
         ],
@@ -131,12 +132,13 @@ def test_copy_into_new_runs_into_existing_runs_and_insert_store_the_same_values(
         # A run that exists: its first item by INSERT, then COPY into a temporary table.
         ingest(project=project, announce=False, **_batch("copied-existing", [0]))
         ingest(project=project, announce=False, **_batch("copied-existing", range(ITEMS)))
-        # Small batches: every row by INSERT ... VALUES.
+        # Small batches: every row by INSERT ... SELECT from jsonb.
         for first in range(0, ITEMS, 3):
             ingest(project=project, announce=False, **_batch("inserted", range(first, min(first + 3, ITEMS))))
         inserted = _stored("inserted")
         assert [len(rows) for rows in inserted.values()] == [ITEMS] * 4
         assert inserted["Step"][1]["name"].startswith("tool 1 tab\there")  # text as sent, cleaned
+        assert [call["latency_ms"] for call in inserted["ToolCall"][:2]] == [None, float("inf")]
         assert _stored("copied-new") == inserted
         assert _stored("copied-existing") == inserted
         # The steps link to their items whichever way they came.
