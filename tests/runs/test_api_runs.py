@@ -638,11 +638,15 @@ def test_runs_list_and_steps_take_the_same_number_of_queries_for_more_rows(tenan
 
 def test_listed_times_are_written_in_the_current_time_zone(tenant, three_runs, reader):
     """As DRF writes times: in the time zone current when answering (UTC as "Z"), each
-    zone's answer from its own serializer, whichever answered first."""
+    zone's answer from its own serializer, whichever answered first; the export's too."""
     from django.utils import timezone
 
     with timezone.override(ZoneInfo("Asia/Tokyo")):
         tokyo = reader.get(runs_url(tenant)).json()["results"]
+        exported = reader.get(runs_url(tenant, "export/"))
+    # The export's lines are written as it is sent, after the view returned: in the zone
+    # of the request all the same.
+    assert export_lines(exported) == tokyo
     utc = reader.get(runs_url(tenant)).json()["results"]
     with timezone.override(ZoneInfo("America/New_York")):
         new_york = reader.get(runs_url(tenant)).json()["results"]
