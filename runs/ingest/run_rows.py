@@ -82,6 +82,12 @@ def _json_run_fields() -> frozenset[str]:
     return frozenset(name for name in MERGED_RUN_FIELDS if isinstance(Run._meta.get_field(name), JSONField))
 
 
+def _as_read(f) -> str:
+    """The type a run field is read as from a record of ``records_parameter``, before the
+    cast to its column's type: JSON as jsonb, an array as text[], the rest as text."""
+    return "jsonb" if isinstance(f, JSONField) else "text[]" if isinstance(f, ArrayField) else "text"
+
+
 @cache
 def _insert_runs_sql() -> str:
     """INSERT of new runs, one per record of ``%(runs)s`` (a JSON array, in trace id
@@ -99,8 +105,7 @@ def _insert_runs_sql() -> str:
     record = ["trace_id text"]
     for name in MERGED_RUN_FIELDS:
         f = Run._meta.get_field(name)
-        as_read = "jsonb" if isinstance(f, JSONField) else "text[]" if isinstance(f, ArrayField) else "text"
-        record.append(f"{name} {as_read}")
+        record.append(f"{name} {_as_read(f)}")
         given[name] = f"batch.{name}::{f.db_type(connection)}"
     values = []
     for f in new_fields:
@@ -325,8 +330,7 @@ def _update_runs_sql(names: tuple[str, ...]) -> str:
     record, assignments = ["id bigint"], []
     for name in names:
         f = Run._meta.get_field(name)
-        as_read = "jsonb" if isinstance(f, JSONField) else "text[]" if isinstance(f, ArrayField) else "text"
-        record.append(f"{quote(name)} {as_read}")
+        record.append(f"{quote(name)} {_as_read(f)}")
         assignments.append(f"{quote(f.column)} = batch.{quote(name)}::{f.db_type(connection)}")
     return (
         f"UPDATE runs_run AS run SET {', '.join(assignments)} "  # noqa: S608 - quoted names of Run's fields
