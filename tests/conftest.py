@@ -16,6 +16,7 @@ from tests.agentops.factories import MembershipFactory, OrganizationFactory, Pro
 from tests.fake_mistral import fake_mistral  # noqa: F401 - a fixture for every test module
 from tests.rebinding import rebinding  # noqa: F401 - a fixture for every test module
 from tests.redirect_trap import redirect_trap  # noqa: F401 - a fixture for every test module
+from tests.worker_thread import worker_thread
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -134,16 +135,12 @@ def key_client(make_api_key):
 
 
 @pytest.fixture
-def celery_worker(transactional_db):
+def celery_worker(transactional_db, settings):
     """A real Celery worker (in a thread of this process) consuming from the real Redis
-    broker, with the test database committed so it sees the test's rows."""
-    from celery.contrib.testing.worker import start_worker
-
-    from agentops.celery import app
-
-    with start_worker(
-        app, pool="solo", concurrency=1, perform_ping_check=False, loglevel="WARNING", shutdown_timeout=30
-    ):
+    broker, with the test database committed so it sees the test's rows. It asks for
+    ``settings`` so that the settings a test changed are put back only once the worker
+    has stopped: a task still running at the test's end sees the test's settings."""
+    with worker_thread() as app:
         yield app
 
 

@@ -22,6 +22,10 @@ os.environ["SECURE_SSL_REDIRECT"] = "false"
 os.environ["SESSION_COOKIE_SECURE"] = "false"
 os.environ["CSRF_COOKIE_SECURE"] = "false"
 os.environ["ALLOW_PRIVATE_PROVIDER_URLS"] = "true"
+# Weights & Biases logging writes files, never calls wandb.ai (closed here): a task still
+# running when its test ends, or a worker process started by a test, must not wait on
+# the internet (an online wandb.init waits about 30 s before it gives up).
+os.environ["WANDB_MODE"] = "offline"
 os.environ["AGENTOPS_REDIS_PREFIX"] = f"agentops-test-{RUN_ID}"
 os.environ.setdefault("API_RATE_LIMIT_PER_KEY", "100000/min")
 # Tests open a page and expect the very next batch to reach it.

@@ -205,6 +205,15 @@ def test_an_executed_run_is_queued_when_it_ends_without_waiting_for_the_sweep(ce
     assert logged[0]["config"]["agent"] == "echo" and logged[0]["config"]["model"] == "offline"
     assert logged[0]["summary"]["status"] == "succeeded"
 
+    # The experiment's end is logged too, as its own W&B run (waited for: the worker is
+    # still logging it when the run's logging is done).
+    def experiment_logged():
+        with organization_scope(tenant.organization):
+            return WandbExport.objects.filter(experiment=experiment, status=WandbExport.Status.LOGGED).exists()
+
+    wait_for(experiment_logged, "the experiment logged")
+    assert [r for r in logged_runs(offline, f"agentops-experiment-{experiment.pk}") if "items" in r["summary"]]
+
 
 def test_runs_are_not_logged_when_the_project_logs_experiments_only(tenant, offline):
     choose(tenant, "experiments")

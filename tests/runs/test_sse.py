@@ -15,6 +15,7 @@ from runs.execution import run_execute
 from runs.models import Run, StreamEvent
 from runs.services.agents import agent_create
 from runs.services.sessions import session_create, session_send
+from tests.worker_thread import worker_thread
 
 BASE = "/api/v1/projects/acme/agent"
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -130,10 +131,6 @@ def test_resuming_with_last_event_id_receives_exactly_the_missed_events(tenant):
 
 
 def test_resuming_across_a_worker_restart_misses_nothing(tenant, fake_mistral):
-    from celery.contrib.testing.worker import start_worker
-
-    from agentops.celery import app
-
     session = _session(tenant)
     url = f"{BASE}/agent-sessions/{session.pk}/events/"
 
@@ -147,12 +144,12 @@ def test_resuming_across_a_worker_restart_misses_nothing(tenant, fake_mistral):
         while _stored(session)[-1][1] != "ready":  # the session is ready again (same commit as the turn's end)
             time.sleep(0.05)
 
-    with start_worker(app, pool="solo", concurrency=1, perform_ping_check=False, loglevel="WARNING"):
+    with worker_thread():
         send_and_wait("before", 1)
     seen_until = _stored(session)[-1][0]
     _, first = asyncio.run(_read(url, user=tenant.member, until=_through(seen_until)))
     # The worker is gone; another one executes the next turn while the client is away.
-    with start_worker(app, pool="solo", concurrency=1, perform_ping_check=False, loglevel="WARNING"):
+    with worker_thread():
         send_and_wait("after", 2)
     stored = _stored(session)
     _, resumed = asyncio.run(
