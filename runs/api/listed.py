@@ -136,26 +136,66 @@ class _Columns:
     raw: frozenset[str]
 
 
-def _fetch_rows(queryset) -> tuple[list[str], list[tuple]]:
-    """The column names and rows of a ``values_list`` queryset, run as Django would run it
-    (tenant scope checked, the statement logged and counted) except that timestamps are
-    loaded by psycopg's own loader instead of Django's subclass of its pure-Python one:
-    the same aware datetimes (Django's connections are in UTC), about three times
-    faster over a 500-step run. A column Django would convert falls back to Django."""
+def _statement(queryset):
+    """The statement of a ``values_list`` queryset as Django would run it (tenant scope
+    checked first): ``(sql, params)``, None when it can match no row, or False when a
+    column needs Django's own conversion of its values."""
     check_scope = getattr(queryset, "check_scope", None)
     if check_scope is not None:
         check_scope()
     compiler = queryset.query.get_compiler(using=queryset.db)
     try:
-        sql, params = compiler.as_sql()
+        statement = compiler.as_sql()
     except EmptyResultSet:
-        return [], []
+        return None
     if compiler.get_converters([expression for expression, _, _ in compiler.select]):
+        return False
+    return statement
+
+
+def _execute(cursor, statement) -> None:
+    """Run ``statement`` on Django's ``cursor`` (logged and counted as Django runs its
+    own) with timestamps loaded by psycopg's own loader instead of Django's subclass of
+    its pure-Python one: the same aware datetimes (Django's connections are in UTC),
+    about three times faster over a 500-step run."""
+    cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
+    cursor.execute(*statement)
+
+
+def _fetch_rows(queryset) -> tuple[list[str], list[tuple]]:
+    """The column names and rows of a ``values_list`` queryset (see ``_execute``); a
+    column Django would convert falls back to Django."""
+    statement = _statement(queryset)
+    if statement is None:
+        return [], []
+    if statement is False:
         return list(queryset._fields), list(queryset)
     with connections[queryset.db].cursor() as cursor:
-        cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
-        cursor.execute(sql, params)
+        _execute(cursor, statement)
         return [column.name for column in cursor.description], cursor.fetchall()
+
+
+def _stream_rows(queryset, names: list[str], chunk_size: int) -> Iterator[tuple]:
+    """The rows of a ``values_list`` queryset of the columns ``names`` (in that order),
+    ``chunk_size`` at a time through a server-side cursor, as ``QuerySet.iterator`` reads
+    them but with timestamps loaded as ``_fetch_rows`` loads them (an export of 8,192 runs
+    spent about 40% of its time in Django's loader). Runs when first iterated."""
+    statement = _statement(queryset)
+    if statement is None:
+        return
+    if statement is False:
+        yield from queryset.iterator(chunk_size=chunk_size)
+        return
+    with connections[queryset.db].chunked_cursor() as cursor:
+        _execute(cursor, statement)
+        fetched = [column.name for column in cursor.description]
+        order = None if fetched == names else [fetched.index(name) for name in names]
+        while rows := cursor.fetchmany(chunk_size):
+            if order is None:
+                yield from rows
+            else:
+                for row in rows:
+                    yield tuple(row[position] for position in order)
 
 
 class ListedSerializer(serializers.ModelSerializer):
@@ -258,8 +298,8 @@ class ListedSerializer(serializers.ModelSerializer):
     @classmethod
     def stream(cls, queryset, chunk_size: int) -> Iterator[dict]:
         """The representations of ``queryset``'s rows, read as ``read`` reads them (the
-        columns the fields read, JSON as its stored text) but ``chunk_size`` at a time
-        through a server-side cursor (``QuerySet.iterator``): for an export of any length.
+        columns the fields read, JSON as its stored text, times by psycopg's loader) but
+        ``chunk_size`` at a time through a server-side cursor: for an export of any length.
         The time zone is the caller's, taken now (the rows are read later, as the
         answer is sent)."""
         columns = cls.listed_columns()
@@ -269,7 +309,7 @@ class ListedSerializer(serializers.ModelSerializer):
 
         def represented() -> Iterator[dict]:
             new = row_class.__new__
-            for values in rows.iterator(chunk_size=chunk_size):
+            for values in _stream_rows(rows, columns.selected, chunk_size):
                 row = new(row_class)
                 row.listed_values = values
                 yield represent_one(row)
