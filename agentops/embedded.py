@@ -286,33 +286,36 @@ class EmbeddedRedis:
             self.state_path.unlink(missing_ok=True)
 
 
-_acquired: dict[str, object] = {}
+# The servers this process uses, by kind and data folder: (the server, its address or URL).
+_acquired: dict[str, tuple] = {}
 
 
 def postgres(data_dir: Path) -> PostgresAddress:
     """The address of the embedded PostgreSQL under ``data_dir``, started if needed."""
     key = f"postgres:{data_dir}"
     if key not in _acquired:
-        _acquired[key] = EmbeddedPostgres(data_dir / "postgres").acquire()
-    return _acquired[key]  # type: ignore[return-value]
+        server = EmbeddedPostgres(data_dir / "postgres")
+        _acquired[key] = (server, server.acquire())
+    return _acquired[key][1]
 
 
 def redis_url(data_dir: Path) -> str:
     """The URL of the embedded Redis under ``data_dir``, started if needed."""
     key = f"redis:{data_dir}"
     if key not in _acquired:
-        _acquired[key] = EmbeddedRedis(data_dir / "redis").acquire()
-    return _acquired[key]  # type: ignore[return-value]
+        server = EmbeddedRedis(data_dir / "redis")
+        _acquired[key] = (server, server.acquire())
+    return _acquired[key][1]
 
 
 def release_all() -> None:
     """Count this process out of every embedded server it uses now, rather than at exit
-    (for scripts that delete their DATA_DIR afterwards)."""
+    (for scripts that delete their DATA_DIR afterwards). The very objects that acquired
+    them release them, which takes back their release at exit: that one, run after the
+    folder was deleted, made its registry (and the folder) again."""
     for key in list(_acquired):
-        kind, _, data_dir = key.partition(":")
-        folder = Path(data_dir) / kind
-        (EmbeddedPostgres(folder) if kind == "postgres" else EmbeddedRedis(folder)).release()
-        del _acquired[key]
+        server, _ = _acquired.pop(key)
+        server.release()
 
 
 def restrict_data_dir(data_dir: Path, *, socket_dir: Path | None = None) -> None:

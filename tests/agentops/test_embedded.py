@@ -51,6 +51,24 @@ def test_embedded_redis_stays_up_while_another_process_uses_it(tmp_path):
     _wait_gone(pid)
 
 
+def test_a_script_that_releases_its_servers_and_deletes_their_folder_leaves_nothing(tmp_path):
+    """As the benchmarks do (bench/_platform.py): release_all(), then the folder deleted;
+    the process's release at exit must not make the folder and its registry again."""
+    data_dir = tmp_path / "data"
+    script = textwrap.dedent(f"""
+        import shutil
+        from pathlib import Path
+        from agentops import embedded
+        data_dir = Path({str(data_dir)!r})
+        embedded.redis_url(data_dir)
+        embedded.release_all()
+        shutil.rmtree(data_dir)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=os.getcwd())
+    assert result.returncode == 0, result.stderr
+    assert not data_dir.exists()
+
+
 def test_embedded_postgres_is_real_and_stops_when_its_last_user_leaves(tmp_path):
     server = EmbeddedPostgres(tmp_path / "postgres")
     address = server.acquire()
