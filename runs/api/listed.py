@@ -175,6 +175,12 @@ def _fetch_rows(queryset) -> tuple[list[str], list[tuple]]:
         return [column.name for column in cursor.description], cursor.fetchall()
 
 
+def _order(fetched: list[str], names: list[str]) -> list[int] | None:
+    """The positions in a statement's columns ``fetched`` of ``names``, None when they
+    are in that order already (Django selects annotations after the model's columns)."""
+    return None if fetched == names else [fetched.index(name) for name in names]
+
+
 def _stream_rows(queryset, names: list[str], chunk_size: int) -> Iterator[tuple]:
     """The rows of a ``values_list`` queryset of the columns ``names`` (in that order),
     ``chunk_size`` at a time through a server-side cursor, as ``QuerySet.iterator`` reads
@@ -188,8 +194,7 @@ def _stream_rows(queryset, names: list[str], chunk_size: int) -> Iterator[tuple]
         return
     with connections[queryset.db].chunked_cursor() as cursor:
         _execute(cursor, statement)
-        fetched = [column.name for column in cursor.description]
-        order = None if fetched == names else [fetched.index(name) for name in names]
+        order = _order([column.name for column in cursor.description], names)
         while rows := cursor.fetchmany(chunk_size):
             if order is None:
                 yield from rows
@@ -257,8 +262,8 @@ class ListedSerializer(serializers.ModelSerializer):
         if limit is not None:
             rows = rows[:limit]
         fetched, values = _fetch_rows(rows)
-        if fetched != columns.selected:  # the statement's columns in the fields' order
-            order = [fetched.index(name) for name in columns.selected]
+        order = _order(fetched, columns.selected)
+        if order is not None:  # the statement's columns in the fields' order
             values = [tuple(row[position] for position in order) for row in values]
         row_class = cls.listed_row_class()
         new = row_class.__new__
