@@ -14,6 +14,16 @@ from runs.ingest.sql import Upsert
 from runs.models import MemorySnapshot, Message, Step, ToolCall
 from runs.services.redaction import Redactor
 
+# Plain values, looked up once: an enum member read on its class, a model's ``pk`` and a
+# run's id through its object cost a descriptor call each, per row.
+LLM, TOOL = Step.Kind.LLM.value, Step.Kind.TOOL.value
+
+
+def _ids(project, run_by_trace) -> tuple[int, int, dict[str, int]]:
+    """The project's organization id and id, and each trace's run id."""
+    return project.organization_id, project.pk, {trace: run.pk for trace, run in run_by_trace.items()}
+
+
 STEP_FIELDS = (
     "parent_span_id",
     "kind",
@@ -67,10 +77,11 @@ def duration_ms(started: datetime | None, ended: datetime | None) -> float | Non
 
 
 def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    organization_id, project_id, run_ids = _ids(project, run_by_trace)
     rows = []
     for event in events:
         cost, unpriced, price_id = None, False, None
-        if event.model or event.kind == Step.Kind.LLM:
+        if event.model or event.kind == LLM:
             computed = step_cost(
                 model=event.model,
                 input_tokens=event.input_tokens,
@@ -79,13 +90,11 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
                 cache_write_input_tokens=event.cache_write_input_tokens,
                 reasoning_output_tokens=event.reasoning_output_tokens,
                 at=event.started_at or now,
-                organization_id=project.organization_id,
+                organization_id=organization_id,
             )
             cost, price_id = computed.amount, computed.price_id
-            unpriced = computed.amount is None and (
-                event.kind == Step.Kind.LLM or event.input_tokens or event.output_tokens
-            )
-        elif event.kind == Step.Kind.TOOL:
+            unpriced = computed.amount is None and (event.kind == LLM or event.input_tokens or event.output_tokens)
+        elif event.kind == TOOL:
             # A tool with a price (per call, character of its input, or second): most
             # have none and cost nothing, which is not "unpriced".
             duration = duration_ms(event.started_at, event.ended_at)
@@ -94,14 +103,14 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
                 characters=_characters(event.input),
                 seconds=(duration or 0) / 1000,
                 at=event.started_at or now,
-                organization_id=project.organization_id,
+                organization_id=organization_id,
             )
             cost, price_id = computed.amount, computed.price_id
         rows.append(
             {
-                "organization_id": project.organization_id,
-                "project_id": project.pk,
-                "run_id": run_by_trace[event.trace_id].pk,
+                "organization_id": organization_id,
+                "project_id": project_id,
+                "run_id": run_ids[event.trace_id],
                 "span_id": event.span_id,
                 "parent_span_id": event.parent_span_id or "",
                 "kind": event.kind,
@@ -136,11 +145,12 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
 
 
 def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    organization_id, project_id, run_ids = _ids(project, run_by_trace)
     rows = [
         {
-            "organization_id": project.organization_id,
-            "project_id": project.pk,
-            "run_id": run_by_trace[e.trace_id].pk,
+            "organization_id": organization_id,
+            "project_id": project_id,
+            "run_id": run_ids[e.trace_id],
             "span_id": e.span_id,
             "message_id": e.message_id,
             "position": e.position,
@@ -174,11 +184,12 @@ def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> U
 
 
 def tool_calls_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    organization_id, project_id, run_ids = _ids(project, run_by_trace)
     rows = [
         {
-            "organization_id": project.organization_id,
-            "project_id": project.pk,
-            "run_id": run_by_trace[e.trace_id].pk,
+            "organization_id": organization_id,
+            "project_id": project_id,
+            "run_id": run_ids[e.trace_id],
             "span_id": e.span_id,
             "call_id": e.call_id,
             "tool_name": e.tool_name[:200],
@@ -200,11 +211,12 @@ def tool_calls_upsert(project, run_by_trace, events, redactor: Redactor, now) ->
 
 
 def snapshots_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
+    organization_id, project_id, run_ids = _ids(project, run_by_trace)
     rows = [
         {
-            "organization_id": project.organization_id,
-            "project_id": project.pk,
-            "run_id": run_by_trace[e.trace_id].pk,
+            "organization_id": organization_id,
+            "project_id": project_id,
+            "run_id": run_ids[e.trace_id],
             "span_id": e.span_id,
             "snapshot_id": e.snapshot_id,
             "sequence": e.sequence,
