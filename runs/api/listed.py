@@ -162,29 +162,34 @@ def _execute(cursor, statement) -> None:
     cursor.execute(*statement)
 
 
-def _fetch_rows(queryset) -> tuple[list[str], list[tuple]]:
-    """The column names and rows of a ``values_list`` queryset (see ``_execute``); a
-    column Django would convert falls back to Django."""
+def _order(cursor, names: list[str]) -> list[int] | None:
+    """The positions of ``names`` among the columns of the statement ``cursor`` ran, None
+    when they are in that order already (Django selects annotations after the model's
+    columns)."""
+    fetched = [column.name for column in cursor.description]
+    return None if fetched == names else [fetched.index(name) for name in names]
+
+
+def _fetch_rows(queryset, names: list[str]) -> list[tuple]:
+    """The rows of a ``values_list`` queryset of the columns ``names`` (in that order),
+    times loaded as ``_execute`` loads them; a column Django would convert falls back to
+    Django."""
     statement = _statement(queryset)
     if statement is None:
-        return [], []
+        return []
     if statement is False:
-        return list(queryset._fields), list(queryset)
+        return list(queryset)
     with connections[queryset.db].cursor() as cursor:
         _execute(cursor, statement)
-        return [column.name for column in cursor.description], cursor.fetchall()
-
-
-def _order(fetched: list[str], names: list[str]) -> list[int] | None:
-    """The positions in a statement's columns ``fetched`` of ``names``, None when they
-    are in that order already (Django selects annotations after the model's columns)."""
-    return None if fetched == names else [fetched.index(name) for name in names]
+        order = _order(cursor, names)
+        rows = cursor.fetchall()
+    return rows if order is None else [tuple(row[position] for position in order) for row in rows]
 
 
 def _stream_rows(queryset, names: list[str], chunk_size: int) -> Iterator[tuple]:
     """The rows of a ``values_list`` queryset of the columns ``names`` (in that order),
     ``chunk_size`` at a time through a server-side cursor, as ``QuerySet.iterator`` reads
-    them but with timestamps loaded as ``_fetch_rows`` loads them (an export of 8,192 runs
+    them but with timestamps loaded as ``_execute`` loads them (an export of 8,192 runs
     spent about 40% of its time in Django's loader). Runs when first iterated."""
     statement = _statement(queryset)
     if statement is None:
@@ -194,7 +199,7 @@ def _stream_rows(queryset, names: list[str], chunk_size: int) -> Iterator[tuple]
         return
     with connections[queryset.db].chunked_cursor() as cursor:
         _execute(cursor, statement)
-        order = _order([column.name for column in cursor.description], names)
+        order = _order(cursor, names)
         while rows := cursor.fetchmany(chunk_size):
             if order is None:
                 yield from rows
@@ -261,10 +266,7 @@ class ListedSerializer(serializers.ModelSerializer):
         rows = queryset.annotate(**columns.texts).values_list(*columns.selected)
         if limit is not None:
             rows = rows[:limit]
-        fetched, values = _fetch_rows(rows)
-        order = _order(fetched, columns.selected)
-        if order is not None:  # the statement's columns in the fields' order
-            values = [tuple(row[position] for position in order) for row in values]
+        values = _fetch_rows(rows, columns.selected)
         row_class = cls.listed_row_class()
         new = row_class.__new__
         out = []
