@@ -107,7 +107,7 @@ def _new_version(*, price: Price, actor, effective_from: datetime | None) -> Pri
 
 
 def price_delete(*, price: Price, actor, ip: str | None = None) -> None:
-    """Delete a price version (refused by the database when steps were priced with it)."""
+    """Delete a price version (refused, PROTECT, when steps were priced with it)."""
     with transaction.atomic():
         _audit(price=price, actor=actor, action="price.delete", data=_snapshot(price), ip=ip)
         price.delete()

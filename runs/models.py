@@ -18,6 +18,10 @@ from runs.fields import PayloadJSONField
 MONEY = {"max_digits": 18, "decimal_places": 9}
 
 
+# Runs' links that most runs leave empty (see Run.Meta.indexes).
+NULLABLE_LINKS = ("parent_run", "executed_version", "api_key", "replay_of", "agent_session")
+
+
 class Run(TenantModel):
     """One agent execution: an OpenTelemetry trace, or a run sent through the JSON batch API."""
 
@@ -39,6 +43,10 @@ class Run(TenantModel):
     # No index of its own: the run_project_* indexes lead with it (written on every
     # ingest, for nothing).
     project = models.ForeignKey("agentops.Project", on_delete=models.CASCADE, related_name="runs", db_index=False)
+    # No index of its own either: run_organization_cost leads with it.
+    organization = models.ForeignKey(
+        "agentops.Organization", on_delete=models.CASCADE, related_name="runs_run_set", db_index=False
+    )
     trace_id = models.CharField(max_length=128, help_text="OTLP trace id (hex), or the client's run id.")
     name = models.CharField(max_length=500, blank=True)
     agent_name = models.CharField(max_length=200, blank=True)
@@ -54,7 +62,9 @@ class Run(TenantModel):
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     session_id = models.CharField(max_length=200, blank=True)
-    parent_run = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    parent_run = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children", db_index=False
+    )
     parent_trace_id = models.CharField(max_length=128, blank=True, help_text="The parent run's trace id, as sent.")
     end_user_id = models.CharField(max_length=200, blank=True)
     environment = models.CharField(max_length=100, blank=True)
@@ -84,18 +94,22 @@ class Run(TenantModel):
     executed = models.BooleanField(default=False, db_default=False, help_text="Run by the platform's executor.")
     # The agent version an executed run used (none for a replay of an ingested run).
     executed_version = models.ForeignKey(
-        "runs.AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+        "runs.AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs", db_index=False
     )
     # The API key that sent the run (ingestion) or started it (execution): the ledger's key dimension.
-    api_key = models.ForeignKey("agentops.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    api_key = models.ForeignKey(
+        "agentops.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
     # A replay's source run (runs.services.replay); its settings are in ``execution["replay"]``.
-    replay_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays")
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays", db_index=False
+    )
     cancel_requested = models.BooleanField(default=False)
     # A turn of an interactive session (runs.services.sessions): its session, its number
     # there (1, 2, ...), and whether it was undone (it left the session's conversation).
     # (``session_id`` is the conversation id an ingested run was sent with.)
     agent_session = models.ForeignKey(
-        "runs.Session", null=True, blank=True, on_delete=models.SET_NULL, related_name="turns"
+        "runs.Session", null=True, blank=True, on_delete=models.SET_NULL, related_name="turns", db_index=False
     )
     turn = models.PositiveIntegerField(null=True, blank=True)
     undone = models.BooleanField(default=False, db_default=False)
@@ -150,6 +164,14 @@ class Run(TenantModel):
             ),
             GinIndex(fields=["tags"], name="run_tags"),
             GinIndex(fields=["search"], name="run_search"),
+            # The runs of a parent, agent version, key, source run or session: most runs
+            # have none of them, and an index of only the runs that do is not written
+            # for the others (a btree holds NULLs too: two entries per new run, at
+            # its insert and at its totals' update, for nothing).
+            *(
+                models.Index(fields=[name], condition=models.Q(**{f"{name}__isnull": False}), name=f"run_{name}")
+                for name in NULLABLE_LINKS
+            ),
         ]
 
     def __str__(self) -> str:
@@ -263,7 +285,20 @@ class Step(TenantModel):
     reported_cost_currency = models.CharField(max_length=3, blank=True)
     reported_cost_source = models.CharField(max_length=16, blank=True, help_text="provider or local, as sent.")
     unpriced = models.BooleanField(default=False, help_text="A model call whose model has no price.")
-    price = models.ForeignKey("billing.Price", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    # Without a database constraint: prices are versions that stay (changing one adds a
+    # version), and deleting one that priced steps is refused by Django (PROTECT). The
+    # check at each commit locked the shared price rows and was about a tenth of
+    # PostgreSQL's CPU in ingestion (docs/performance.md). Indexed for that refusal's
+    # lookup, for the steps that have a price only.
+    price = models.ForeignKey(
+        "billing.Price",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_constraint=False,
+        db_index=False,
+    )
     input = PayloadJSONField(null=True, blank=True)
     output = PayloadJSONField(null=True, blank=True)
     attributes = PayloadJSONField(default=dict, blank=True)
@@ -275,6 +310,7 @@ class Step(TenantModel):
         indexes = [
             models.Index(fields=["run", "started_at", "id"], name="step_run_started"),
             models.Index(fields=["project", "-started_at"], name="step_project_started"),
+            models.Index(fields=["price"], condition=models.Q(price__isnull=False), name="step_priced"),
         ]
 
     def __str__(self) -> str:

@@ -7,13 +7,14 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db.models import ProtectedError
 from django.utils import timezone
 
 from agentops.errors import InvalidRequest
 from agentops.models import AuditEvent
 from agentops.scoping import dangerously_unscoped, organization_scope
 from billing import seed
-from billing.catalog import price_create
+from billing.catalog import price_create, price_delete
 from billing.models import Price
 from billing.services import gpu_hourly_rate, price_for, prices_changed, step_cost, tool_cost
 from runs.events import StepEvent
@@ -477,3 +478,21 @@ def test_part_rates_and_tiers_are_versioned_like_any_rate(staff, client):
     assert new.tiers == [{"above_input_tokens": 128000, "input_per_million": "0.80"}]
     (event,) = _audit("price.version")
     assert event.data["changes"]["cache_write_per_million"] == [None, "0.50"]
+
+
+def test_a_price_that_priced_steps_is_not_deleted(staff, tenant, client):
+    """Steps name their price without a database constraint (docs/performance.md): Django
+    refuses the deletion (PROTECT), in the admin and in the service alike."""
+    price = _llm("acme-chat", organization=tenant.organization, input_price="2")
+    step = StepEvent(trace_id="t-priced", span_id="s1", kind="llm", model="acme-chat", input_tokens=1_000_000)
+    with organization_scope(tenant.organization):
+        ingest(project=tenant.project, steps=[step], announce=False)
+        assert Step.objects.get().price_id == price.pk
+    client.force_login(staff)
+    response = client.post(f"/admin/billing/price/{price.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 200 and "protected" in response.content.decode()
+    with pytest.raises(ProtectedError):
+        price_delete(price=price, actor=staff)
+    assert Price.objects.filter(pk=price.pk).exists() and not _audit("price.delete")
+    with organization_scope(tenant.organization):
+        assert Step.objects.get().price_id == price.pk

@@ -147,3 +147,31 @@ def test_linking_sub_agent_runs_looks_their_parents_up_in_the_unique_index_for_a
     ]
     assert parent_lookups, "no lookup of the parent runs in the plan"
     assert [scan.get("Index Name") for scan in parent_lookups] == ["run_unique_trace"] * len(parent_lookups)
+
+
+def test_a_runs_sub_agents_and_replays_are_read_from_indexes_of_the_runs_that_have_one(tenant):
+    """Links most runs leave empty are indexed for the runs that have one only (no entry
+    written for the others at each insert and totals' update), and still serve the
+    lookups of the runs that have one."""
+    project = tenant.project
+    with organization_scope(project.organization):
+        _root_runs(project)
+        parent = Run.objects.get(trace_id="root-0")
+        children = [
+            Run.objects.create(organization=project.organization, project=project, trace_id=f"child-{i}", **link)
+            for i, link in enumerate([{"parent_run": parent}, {"parent_run": parent}, {"replay_of": parent}])
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE runs_run")
+            cursor.execute(
+                "SELECT relname, reltuples FROM pg_class WHERE relname = ANY(%s)",
+                [["run_parent_run", "run_replay_of", "run_api_key"]],
+            )
+            entries = dict(cursor.fetchall())
+        assert entries == {"run_parent_run": 2, "run_replay_of": 1, "run_api_key": 0}
+        for related, index in (("children", "run_parent_run"), ("replays", "run_replay_of")):
+            with CaptureQueriesContext(connection) as queries:
+                found = list(getattr(parent, related).all())
+            assert {run.pk for run in found} <= {run.pk for run in children} and found
+            scans = list(_scans(_plan(queries, "runs_run")))
+            assert [scan.get("Index Name") for scan in scans] == [index], scans
