@@ -287,9 +287,9 @@ class Step(TenantModel):
     unpriced = models.BooleanField(default=False, help_text="A model call whose model has no price.")
     # Without a database constraint: prices are versions that stay (changing one adds a
     # version), and deleting one that priced steps is refused by Django (PROTECT). The
-    # check at each commit locked the shared price rows and was about a tenth of
-    # PostgreSQL's CPU in ingestion (docs/performance.md). Indexed for that refusal's
-    # lookup, for the steps that have a price only.
+    # check at each commit, a query per priced step that also locked the shared price
+    # row, was 2-8 us of PostgreSQL's 55 per span in ingestion (docs/performance.md).
+    # Indexed for that refusal's lookup, for the steps that have a price only.
     price = models.ForeignKey(
         "billing.Price",
         null=True,
