@@ -7,9 +7,10 @@ totals' update, and every step one. The step's price loses its database constrai
 commit locked the shared price rows. docs/performance.md has the figures.
 
 Not atomic: the new indexes are built without blocking ingestion (CONCURRENTLY) before the
-old ones go. Only indexes and the price's constraint change in the database: Django's
-AlterField would also drop and re-validate every foreign key of these columns, a scan of
-the whole table."""
+old ones go. The runs' links change only in Django's state, their indexes by hand:
+Django's AlterField of a link's index would also drop and re-validate its foreign key, a
+scan of the whole table. The price's constraint goes by Django's AlterField (dropping a
+constraint scans nothing)."""
 
 import django.db.models.deletion
 from django.contrib.postgres.operations import AddIndexConcurrently
@@ -26,26 +27,6 @@ OLD_INDEXES = [
     ("runs_step", "price_id", "runs_step_price_id_be8a479a"),
 ]
 
-DROP_PRICE_CONSTRAINT = """
-DO $$
-DECLARE found record;
-BEGIN
-    FOR found IN
-        SELECT constraint_.conname FROM pg_constraint AS constraint_
-        JOIN pg_attribute AS column_
-          ON column_.attrelid = constraint_.conrelid AND column_.attnum = ANY(constraint_.conkey)
-        WHERE constraint_.conrelid = 'runs_step'::regclass AND constraint_.contype = 'f'
-          AND column_.attname = 'price_id'
-    LOOP
-        EXECUTE format('ALTER TABLE runs_step DROP CONSTRAINT %I', found.conname);
-    END LOOP;
-END $$;
-"""
-ADD_PRICE_CONSTRAINT = (
-    "ALTER TABLE runs_step ADD CONSTRAINT runs_step_price_id_fk_billing_price_id FOREIGN KEY (price_id) "
-    "REFERENCES billing_price (id) DEFERRABLE INITIALLY DEFERRED NOT VALID"
-)
-
 
 class Migration(migrations.Migration):
     atomic = False
@@ -58,7 +39,22 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.SeparateDatabaseAndState(
-            database_operations=[migrations.RunSQL(DROP_PRICE_CONSTRAINT, ADD_PRICE_CONSTRAINT)],
+            # The price's constraint dropped as Django drops one (its index stays until
+            # step_priced is built, below).
+            database_operations=[
+                migrations.AlterField(
+                    model_name="step",
+                    name="price",
+                    field=models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="billing.price",
+                    ),
+                ),
+            ],
             state_operations=[
                 migrations.AlterField(
                     model_name="run",
