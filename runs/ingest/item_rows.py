@@ -66,6 +66,17 @@ def _characters(value: Any) -> int:
     return len(json.dumps(value, default=str))
 
 
+def _redacted(rows: list[dict], fields: tuple[str, ...], redactor: Redactor) -> list[dict]:
+    """``rows`` with the project's redaction applied to ``fields`` (the free text and
+    payloads), in place; left as they are when the project has no rules (most: a call
+    per field and row saved)."""
+    if redactor.active:
+        for row in rows:
+            for name in fields:
+                row[name] = redactor.apply(row[name])
+    return rows
+
+
 def _not_negative(count: int) -> int:
     return count if count > 0 else 0  # not max(): its keyword parsing costs more, per step
 
@@ -119,7 +130,7 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
                 "ended_at": event.ended_at,
                 "duration_ms": duration_ms(event.started_at, event.ended_at),
                 "status": event.status,
-                "error": redactor.apply(event.error) or "",
+                "error": event.error or "",
                 "model": event.model[:200],
                 "provider": event.provider[:100],
                 "input_tokens": _not_negative(event.input_tokens),
@@ -134,14 +145,19 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
                 "reported_cost_source": event.reported_cost_source[:16],
                 "unpriced": bool(unpriced),
                 "price_id": price_id,
-                "input": redactor.apply(event.input),
-                "output": redactor.apply(event.output),
-                "attributes": redactor.apply(event.attributes) or {},
-                "events": redactor.apply(event.events) or [],
+                "input": event.input,
+                "output": event.output,
+                "attributes": event.attributes or {},
+                "events": event.events or [],
                 "created_at": now,
             }
         )
-    return Upsert(Step, rows, unique_fields=("run", "span_id"), update_fields=STEP_FIELDS)
+    return Upsert(
+        Step,
+        _redacted(rows, ("error", "input", "output", "attributes", "events"), redactor),
+        unique_fields=("run", "span_id"),
+        update_fields=STEP_FIELDS,
+    )
 
 
 def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upsert:
@@ -155,8 +171,8 @@ def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> U
             "message_id": e.message_id,
             "position": e.position,
             "role": e.role[:32],
-            "content": redactor.apply(e.content),
-            "tool_calls": redactor.apply(e.tool_calls) or [],
+            "content": e.content,
+            "tool_calls": e.tool_calls or [],
             "tool_call_id": e.tool_call_id[:200],
             "name": e.name[:200],
             "tokens": e.tokens,
@@ -167,7 +183,7 @@ def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> U
     ]
     return Upsert(
         Message,
-        rows,
+        _redacted(rows, ("content", "tool_calls"), redactor),
         unique_fields=("run", "message_id"),
         update_fields=(
             "span_id",
@@ -193,9 +209,9 @@ def tool_calls_upsert(project, run_by_trace, events, redactor: Redactor, now) ->
             "span_id": e.span_id,
             "call_id": e.call_id,
             "tool_name": e.tool_name[:200],
-            "arguments": redactor.apply(e.arguments),
-            "result": redactor.apply(e.result),
-            "error": redactor.apply(e.error) or "",
+            "arguments": e.arguments,
+            "result": e.result,
+            "error": e.error or "",
             "latency_ms": e.latency_ms,
             "started_at": e.started_at,
             "created_at": now,
@@ -204,7 +220,7 @@ def tool_calls_upsert(project, run_by_trace, events, redactor: Redactor, now) ->
     ]
     return Upsert(
         ToolCall,
-        rows,
+        _redacted(rows, ("arguments", "result", "error"), redactor),
         unique_fields=("run", "call_id"),
         update_fields=("span_id", "tool_name", "arguments", "result", "error", "latency_ms", "started_at"),
     )
@@ -220,7 +236,7 @@ def snapshots_upsert(project, run_by_trace, events, redactor: Redactor, now) -> 
             "span_id": e.span_id,
             "snapshot_id": e.snapshot_id,
             "sequence": e.sequence,
-            "state": redactor.apply(e.state),
+            "state": e.state,
             "taken_at": e.taken_at,
             "created_at": now,
         }
@@ -228,7 +244,7 @@ def snapshots_upsert(project, run_by_trace, events, redactor: Redactor, now) -> 
     ]
     return Upsert(
         MemorySnapshot,
-        rows,
+        _redacted(rows, ("state",), redactor),
         unique_fields=("run", "snapshot_id"),
         update_fields=("span_id", "sequence", "state", "taken_at"),
     )

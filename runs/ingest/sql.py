@@ -29,7 +29,7 @@ import orjson
 from django.db import connection
 from django.db.models import JSONField
 from psycopg import ProgrammingError, postgres
-from psycopg.adapt import Dumper
+from psycopg.adapt import PyFormat
 from psycopg.pq import Format
 from psycopg.types.json import Jsonb
 
@@ -74,6 +74,9 @@ def _jsonb_text_exact(value: Any) -> str:
     return text
 
 
+_EMPTY_JSON = {dict: b"{}", list: b"[]"}
+
+
 def _jsonb_bytes(value: Any) -> bytes:
     """``value`` as JSON that ``jsonb`` takes, UTF-8 encoded (as a binary COPY and
     psycopg's ``Jsonb`` send it). Callers other than the OTLP mapping and the batch API
@@ -89,6 +92,8 @@ def _jsonb_bytes(value: Any) -> bytes:
     jsonb stores the same value (orjson writes no spaces and leaves non-ASCII characters
     unescaped; jsonb keeps neither). One difference: an ``Enum`` member that is neither
     text nor a number is stored as its value (orjson) where ``json_safe`` stored its name."""
+    if not value and (empty := _EMPTY_JSON.get(value.__class__)) is not None:
+        return empty  # every step's events and modality counts, most messages' tool calls
     try:
         encoded = orjson.dumps(value, option=_ORJSON_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError among them
@@ -159,15 +164,19 @@ class Upsert:
     update_fields: tuple[str, ...]
 
 
-class _EncodedJsonb(Dumper):
-    """A jsonb value of a binary COPY from its JSON already encoded (``_jsonb_bytes``):
-    the format's version byte, then the text."""
+_JSONB, _BYTEA = postgres.types["jsonb"].oid, postgres.types["bytea"].oid
+# psycopg's dumper of bytes in binary (its C one with psycopg[binary]): registered by oid
+# on the COPY's cursor, since the one found for ``bytea`` by default is the Python dumper
+# of the DB-API's ``Binary`` wrapper.
+_BYTES_BINARY = postgres.adapters.get_dumper(bytes, PyFormat.BINARY)
 
-    format = Format.BINARY
-    oid = postgres.types["jsonb"].oid
 
-    def dump(self, obj: bytes) -> bytes:
-        return b"\x01" + obj
+def _jsonb_copy_bytes(value: Any) -> bytes:
+    """A jsonb value in a binary COPY: the format's version byte, then its JSON
+    (``_jsonb_bytes``). The column is declared to psycopg as ``bytea`` (``binary_types``),
+    whose dumper (C) writes the bytes as they are: a binary COPY carries no types, only
+    each field's bytes, and a Python dumper for jsonb cost a call per value."""
+    return b"\x01" + _jsonb_bytes(value)
 
 
 @dataclass(frozen=True)
@@ -176,8 +185,9 @@ class UpsertSQL:
     columns: str
     table: str
     on_conflict: str
-    # The type oid of each of ``fields``' columns when psycopg can write them all in
-    # binary (with _EncodedJsonb for jsonb), else None: COPY of this table goes as text.
+    # The type oid psycopg writes each of ``fields``' columns as, when it can write them
+    # all in binary (jsonb as bytea: _jsonb_copy_bytes), else None: COPY of this table
+    # goes as text.
     binary_types: list[int] | None
 
 
@@ -190,8 +200,8 @@ def _binary_types(table: str, fields: list) -> list[int] | None:
         )
         type_of = dict(cursor.fetchall())
         adapters = cursor.cursor.adapters
-    types = [type_of[f.column] for f in fields]
-    for oid in set(types) - {_EncodedJsonb.oid}:
+    types = [_BYTEA if type_of[f.column] == _JSONB else type_of[f.column] for f in fields]
+    for oid in set(types):
         try:
             adapters.get_dumper_by_oid(oid, Format.BINARY)
         except ProgrammingError:  # no dumper in binary (tsvector)
@@ -248,24 +258,31 @@ def _row_writer(sql: UpsertSQL):
     JSON columns are looked at, and times for a binary COPY: numbers and ids go as they
     are."""
     binary = sql.binary_types is not None
-    json_value = _jsonb_bytes if binary else _json_copy_text
+    json_value = _jsonb_copy_bytes if binary else _json_copy_text
     columns = []
     for f in sql.fields:
+        is_text = f.get_internal_type() in ("CharField", "TextField", "SlugField")
         if isinstance(f, JSONField):
             convert = json_value
-        elif f.get_internal_type() in ("CharField", "TextField", "SlugField", "ArrayField"):
+        elif is_text or f.get_internal_type() == "ArrayField":
             convert = _text_value
         elif binary and f.get_internal_type() == "DateTimeField":
             convert = _aware
         else:
             convert = None
-        columns.append((f.attname, f.get_default(), convert))
+        columns.append((f.attname, f.get_default(), convert, is_text))
 
     def values_of(row: dict) -> list:
         get = row.get
+        # A text column's common value (ASCII text without NUL) is taken here without
+        # _text_value's call: a step row has ten text columns.
         return [
-            value if convert is None or value is None else convert(value)
-            for name, default, convert in columns
+            value
+            if convert is None
+            or value is None
+            or (is_text and value.__class__ is str and value.isascii() and "\x00" not in value)
+            else convert(value)
+            for name, default, convert, is_text in columns
             for value in (get(name, default),)
         ]
 
@@ -280,8 +297,7 @@ def _copy(cursor, table: str, sql: UpsertSQL) -> Iterator:
         with cursor.copy(f"COPY {table} ({sql.columns}) FROM STDIN") as copy:
             yield copy
         return
-    # This cursor's own adapters: jsonb values come encoded already.
-    cursor.adapters.register_dumper(None, _EncodedJsonb)
+    cursor.adapters.register_dumper(None, _BYTES_BINARY)
     with cursor.copy(f"COPY {table} ({sql.columns}) FROM STDIN (FORMAT BINARY)") as copy:
         copy.set_types(sql.binary_types)
         yield copy

@@ -98,6 +98,8 @@ def system_message(instructions: Any) -> dict | None:
 def openinference_messages(attributes: dict, direction: str) -> list[dict]:
     """Messages from OpenInference's flattened ``llm.{input,output}_messages.{i}.message.*``."""
     prefix = f"llm.{direction}_messages."
+    if prefix not in "\n".join(attributes):
+        return []  # most spans: the keys searched at once, not one by one
     found: dict[int, dict] = {}
     for key, value in attributes.items():
         if not key.startswith(prefix):

@@ -53,9 +53,9 @@ class SpanEvents:
     snapshots: list[MemoryEvent] = field(default_factory=list)
 
 
-def span_status(span: Span, attributes: dict) -> tuple[str, str]:
+def span_status(span: Span, attributes: dict, events) -> tuple[str, str]:
     """(status, error text): the span status, Langfuse's ERROR level, and the span's
-    exception events (type, message and stack trace)."""
+    exception events (type, message and stack trace; ``events``: ``_events``')."""
     errors: list[str] = []
     if span.status.code == Status.STATUS_CODE_ERROR:
         status = ERROR
@@ -71,7 +71,7 @@ def span_status(span: Span, attributes: dict) -> tuple[str, str]:
         message = text_value(attributes.get("langfuse.observation.status_message"), 100_000)
         if message:
             errors.append(message)
-    for event in _events(span):
+    for event in events:
         if event.name != "exception":
             continue
         details = attributes_dict(event.attributes)
@@ -91,26 +91,26 @@ def span_status(span: Span, attributes: dict) -> tuple[str, str]:
 def _events(span: Span):
     """The span's events, () when it has none (most spans): upb's repeated fields are
     iterated by index until an IndexError, whose message is formatted even for an empty
-    list."""
+    list. Read once per span (each read builds the field's wrapper again)."""
     return span.events or ()
 
 
-def span_events(span: Span) -> list[dict]:
+def span_events(events) -> list[dict]:
     return [
         {
             "name": clean_text(event.name),
             "time": timestamp(event.time_unix_nano, "event time").isoformat() if event.time_unix_nano else None,
             "attributes": attributes_dict(event.attributes),
         }
-        for event in _events(span)
+        for event in events
     ]
 
 
-def operation_details(span: Span) -> dict:
+def operation_details(events) -> dict:
     """The attributes of the span's ``gen_ai.client.inference.operation.details`` events
     (the last wins), where instrumentations may put the call's usage and cost."""
     merged: dict = {}
-    for event in _events(span):
+    for event in events:
         if event.name == OPERATION_DETAILS_EVENT:
             merged.update(attributes_dict(event.attributes))
     return merged
@@ -125,7 +125,8 @@ def map_span(span: Span, resource: dict, from_resource: dict[str, str]) -> SpanE
     parent_span_id = hex_id(span.parent_span_id, 8, "parent span id") if any(span.parent_span_id) else ""
     attributes = attributes_dict(span.attributes)
     kind = span_kind(attributes)
-    status, error = span_status(span, attributes)
+    events = _events(span)
+    status, error = span_status(span, attributes, events)
     if not span.end_time_unix_nano:
         # An SDK exports a span once it has ended; without an end its run would stay
         # running forever.
@@ -134,7 +135,7 @@ def map_span(span: Span, resource: dict, from_resource: dict[str, str]) -> SpanE
     ended_at = timestamp(span.end_time_unix_nano, "end_time_unix_nano")
     # Usage and cost may also come on the span's operation-details event: the span's
     # own attributes win.
-    details = operation_details(span)
+    details = operation_details(events)
     measured = {**details, **attributes} if details else attributes
     counts = usage(measured)
     cost = reported_cost(measured)
@@ -160,7 +161,7 @@ def map_span(span: Span, resource: dict, from_resource: dict[str, str]) -> SpanE
         input=input_payload,
         output=output_payload,
         attributes={**attributes, "resource": resource},
-        events=span_events(span),
+        events=span_events(events),
         run_hints=run_hints(attributes, from_resource, is_root=not parent_span_id),
     )
     result = SpanEvents(step=step)

@@ -244,6 +244,78 @@ def test_redaction_applies_before_storage(project, tenant):
     assert stored.output == "card [REDACTED] not 1234 5678 9012 3456"  # Luhn-invalid digits stay
 
 
+@pytest.mark.parametrize("padding", [0, 30], ids=["one statement", "copy"])
+def test_redaction_reaches_every_free_text_and_payload_of_every_table(project, tenant, padding):
+    """Each stored field that carries what the agent saw or said is redacted, whichever
+    way the rows are written (a few rows in one statement, many by COPY)."""
+    secret = "ticket-42"
+    with _scope(project):
+        ingest_settings_update(
+            project=project, actor=tenant.owner, redact=[], custom_patterns=[r"ticket-\d+"], retention_days=None
+        )
+        steps = [
+            StepEvent(
+                trace_id="t4",
+                span_id="s",
+                started_at=_at(0),
+                ended_at=_at(1),
+                status=Step.Status.ERROR,
+                error=f"failed on {secret}",
+                input={"q": secret},
+                output=[secret],
+                attributes={"note": secret},
+                events=[{"name": "exception", "attributes": {"message": secret}}],
+            ),
+            *(StepEvent(trace_id="t4", span_id=f"pad{i}", started_at=_at(0)) for i in range(padding)),
+        ]
+        ingest(
+            project=project,
+            steps=steps,
+            messages=[
+                MessageEvent(
+                    trace_id="t4",
+                    message_id="m",
+                    position=1,
+                    role="assistant",
+                    span_id="s",
+                    content=f"about {secret}",
+                    tool_calls=[{"id": "c", "name": "lookup", "arguments": {"id": secret}}],
+                )
+            ],
+            tool_calls=[
+                ToolCallEvent(
+                    trace_id="t4",
+                    call_id="c",
+                    tool_name="lookup",
+                    span_id="s",
+                    arguments={"id": secret},
+                    result=f"found {secret}",
+                    error=f"slow on {secret}",
+                )
+            ],
+            snapshots=[MemoryEvent(trace_id="t4", snapshot_id="snap", sequence=1, state={"seen": secret}, span_id="s")],
+            announce=False,
+        )
+        step = Step.objects.get(span_id="s")
+        message, tool_call, snapshot = Message.objects.get(), ToolCall.objects.get(), MemorySnapshot.objects.get()
+    stored = {
+        "step.error": step.error,
+        "step.input": step.input,
+        "step.output": step.output,
+        "step.attributes": step.attributes,
+        "step.events": step.events,
+        "message.content": message.content,
+        "message.tool_calls": message.tool_calls,
+        "tool_call.arguments": tool_call.arguments,
+        "tool_call.result": tool_call.result,
+        "tool_call.error": tool_call.error,
+        "snapshot.state": snapshot.state,
+    }
+    for field_name, value in stored.items():
+        assert secret not in str(value), field_name
+        assert "[REDACTED]" in str(value), field_name
+
+
 def test_invalid_custom_pattern_is_refused(project, tenant):
     from agentops.errors import InvalidRequest
 
