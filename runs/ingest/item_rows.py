@@ -167,6 +167,7 @@ def messages_upsert(project, run_by_trace, events, redactor: Redactor, now) -> U
             "organization_id": organization_id,
             "project_id": project_id,
             "run_id": run_ids[e.trace_id],
+            "step_id": None,  # set by ingest() for the rows of new runs
             "span_id": e.span_id,
             "message_id": e.message_id,
             "position": e.position,
@@ -206,6 +207,7 @@ def tool_calls_upsert(project, run_by_trace, events, redactor: Redactor, now) ->
             "organization_id": organization_id,
             "project_id": project_id,
             "run_id": run_ids[e.trace_id],
+            "step_id": None,  # set by ingest() for the rows of new runs
             "span_id": e.span_id,
             "call_id": e.call_id,
             "tool_name": e.tool_name[:200],
@@ -233,6 +235,7 @@ def snapshots_upsert(project, run_by_trace, events, redactor: Redactor, now) -> 
             "organization_id": organization_id,
             "project_id": project_id,
             "run_id": run_ids[e.trace_id],
+            "step_id": None,  # set by ingest() for the rows of new runs
             "span_id": e.span_id,
             "snapshot_id": e.snapshot_id,
             "sequence": e.sequence,

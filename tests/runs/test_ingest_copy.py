@@ -144,3 +144,34 @@ def test_copy_into_new_runs_into_existing_runs_and_insert_store_the_same_values(
         # The steps link to their items whichever way they came.
         for trace_id in ("copied-new", "copied-existing", "inserted"):
             assert not Message.objects.filter(run__trace_id=trace_id, step__isnull=True).exists()
+
+
+def test_a_row_without_some_fields_is_written_with_their_defaults_and_cleaned_alike(tenant):
+    """The row builders give every field (read at once); a row lacking some takes their
+    defaults, and its values are made storable the same way either way."""
+    from runs.ingest.sql import _row_writer, upsert_sql
+
+    with organization_scope(tenant.project.organization):
+        sql = upsert_sql(ToolCall, ("run", "call_id"), ())
+    values_of = _row_writer(sql)
+    defaults = {f.attname: f.get_default() for f in sql.fields}
+    partial = {
+        "organization_id": 1,
+        "project_id": 2,
+        "run_id": 3,
+        "span_id": "s",
+        "call_id": "c",
+        "tool_name": "look\x00up",
+        "arguments": {"q": ODD_TEXT},
+        "started_at": T0.replace(tzinfo=None),
+        "created_at": T0,
+    }
+    whole = {**defaults, **partial}
+    assert set(partial) < set(whole) == {f.attname for f in sql.fields}
+    written = values_of(partial)
+    assert written == values_of(whole)
+    by_name = dict(zip((f.attname for f in sql.fields), written, strict=True))
+    assert by_name["tool_name"] == "lookup"  # NUL removed
+    assert by_name["step_id"] is None and by_name["error"] == defaults["error"]
+    assert by_name["started_at"] == T0  # a naive time is UTC
+    assert by_name["arguments"].startswith(b"\x01{")  # jsonb's version byte, then the JSON
