@@ -66,11 +66,20 @@ def any_value(value: AnyValue, depth: int = 0) -> Any:
 
 def attributes_dict(attributes: Iterable[KeyValue]) -> dict[str, Any]:
     """OTLP attributes as one flat JSON object (a repeated key: the last wins)."""
-    return {
-        key if key.isascii() and "\x00" not in key else clean_text(key): any_value(kv.value)
-        for kv in attributes
-        for key in (kv.key,)
-    }
+    flat = {}
+    for kv in attributes:
+        key = kv.key
+        if not key.isascii() or "\x00" in key:
+            key = clean_text(key)
+        value = kv.value
+        # Most attributes are text: a value with text set holds nothing else (a oneof),
+        # so any_value()'s call and its WhichOneof are for the others (and empty text).
+        text = value.string_value
+        if text:
+            flat[key] = text if text.isascii() and "\x00" not in text else clean_text(text)
+        else:
+            flat[key] = any_value(value)
+    return flat
 
 
 class _NotFinite(Exception):  # noqa: N818 - a signal, not an error
