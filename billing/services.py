@@ -7,10 +7,11 @@ import re
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -56,8 +57,10 @@ class PublishedPrice:
     currency: str = "USD"
 
 
-@dataclass(frozen=True)
-class Cost:
+class Cost(NamedTuple):
+    """A cost and the price version it was computed with (a tuple: every priced step
+    builds one, and a frozen dataclass's construction costs several times more)."""
+
     amount: Decimal | None  # None: no price (for a model: unpriced, never silently zero)
     price_id: int | None
 
@@ -246,7 +249,9 @@ def _rates(price, input_tokens: int) -> dict[str, Decimal | None]:
     """The rates of ``price`` for a call of ``input_tokens`` input tokens: the base
     ones, overridden by those of the highest tier the call is above."""
     rates = {name: getattr(price, name, None) for name in RATE_FIELDS}
-    tiers = [tier for tier in (price.tiers or ()) if input_tokens > tier[TIER_THRESHOLD]]
+    if not price.tiers:
+        return rates  # most prices
+    tiers = [tier for tier in price.tiers if input_tokens > tier[TIER_THRESHOLD]]
     if tiers:
         tier = max(tiers, key=lambda tier: tier[TIER_THRESHOLD])
         rates.update({name: Decimal(str(tier[name])) for name in RATE_FIELDS if tier.get(name) is not None})
@@ -311,11 +316,13 @@ def tokens_cost(*, price, **tokens) -> Decimal:
     too: recompute previews use it): the sum of its ``cost_parts`` (same arguments), the
     same arithmetic without their objects (ingestion prices every model step). Parts of
     no tokens add nothing: their zero changes no digit of the quantized sum."""
+    # Each part's tokens x rate is exact, and so is their sum divided by a million (a
+    # power of ten): one division for the call rather than one per part.
     total = Decimal(0)
     for _part, count, rate in _priced_parts(price=price, **tokens):
         if count:
-            total += Decimal(count) * rate / MILLION
-    return total.quantize(NANO)
+            total += count * rate
+    return (total / MILLION).quantize(NANO)
 
 
 def costs_differ(computed: Decimal | None, reported: Decimal | None) -> bool:
@@ -359,21 +366,25 @@ def tool_cost(
     *,
     tool_name: str,
     calls: int = 1,
-    characters: int = 0,
+    characters: int | Callable[[], int] = 0,
     seconds: float = 0.0,
     at: datetime | None = None,
     organization_id: int | None = None,
 ) -> Cost:
     """The cost of a tool's use, by its price's unit (call, character or second).
     A tool without a price costs nothing by design (most tools are the agent's own
-    code): ``amount`` is None and the call is not unpriced, unlike a model's."""
+    code): ``amount`` is None and the call is not unpriced, unlike a model's.
+    ``characters`` may be a function giving the count, called only for a tool priced
+    per character (counting may mean encoding the tool's input)."""
     price = _lookup(kind=TOOL, name=tool_name, at=at, organization_id=organization_id)
     if price is None or price.unit_price is None:
         return Cost(amount=None, price_id=None)
-    quantity = {
-        catalog.Price.Unit.CHARACTER: Decimal(max(characters, 0)),
-        catalog.Price.Unit.SECOND: Decimal(str(max(seconds, 0.0))),
-    }.get(price.unit, Decimal(max(calls, 0)))
+    if price.unit == catalog.Price.Unit.CHARACTER:
+        quantity = Decimal(max(characters() if callable(characters) else characters, 0))
+    elif price.unit == catalog.Price.Unit.SECOND:
+        quantity = Decimal(str(max(seconds, 0.0)))
+    else:
+        quantity = Decimal(max(calls, 0))
     return Cost(amount=(quantity * price.unit_price).quantize(NANO), price_id=price.id)
 
 

@@ -111,7 +111,7 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
             duration = duration_ms(event.started_at, event.ended_at)
             computed = tool_cost(
                 tool_name=event.name,
-                characters=_characters(event.input),
+                characters=lambda event=event: _characters(event.input),
                 seconds=(duration or 0) / 1000,
                 at=event.started_at or now,
                 organization_id=organization_id,

@@ -219,6 +219,20 @@ def test_tools_are_priced_by_their_unit():
     assert tool_cost(tool_name="web_search").price_id is not None
 
 
+def test_a_tools_characters_are_counted_only_when_its_price_is_per_character():
+    counted = []
+
+    def count() -> int:
+        counted.append(1)
+        return 1_000
+
+    assert tool_cost(tool_name="tts", characters=count).amount == Decimal("0.015")
+    assert counted == [1]
+    assert tool_cost(tool_name="web_search", characters=count).amount == Decimal("0.01")
+    assert tool_cost(tool_name="lookup_order", characters=count).amount is None
+    assert counted == [1]  # a tool priced per call, and one without a price, never count
+
+
 def test_a_tool_without_a_price_is_free_not_unpriced():
     assert tool_cost(tool_name="lookup_order", calls=5) == tool_cost(tool_name="gpt-4o")
     assert tool_cost(tool_name="lookup_order").amount is None
