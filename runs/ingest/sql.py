@@ -93,7 +93,7 @@ def _jsonb_bytes(value: Any) -> bytes:
     jsonb stores the same value (orjson writes no spaces and leaves non-ASCII characters
     unescaped; jsonb keeps neither). One difference: an ``Enum`` member that is neither
     text nor a number is stored as its value (orjson) where ``json_safe`` stored its name."""
-    if not value and (empty := _EMPTY_JSON.get(value.__class__)) is not None:
+    if (empty := _EMPTY_JSON.get(value.__class__)) is not None and not value:
         return empty  # every step's events and modality counts, most messages' tool calls
     try:
         encoded = orjson.dumps(value, option=_ORJSON_OPTIONS)
