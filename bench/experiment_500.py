@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -39,17 +40,24 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8, help="threads per worker process")
     parser.add_argument("--plain", action="store_true", help="unmeasured workers: no per-stage breakdown")
     args = parser.parse_args()
-    stages_dir = os.environ.get("BENCH_STAGES_DIR") or tempfile.mkdtemp(prefix="bench-stages-")
-    with private_platform(**({} if args.plain else {"BENCH_STAGES_DIR": stages_dir})) as env:
-        program = ("-m", "celery") if args.plain else (str(ROOT / "bench" / "_stage_worker.py"),)
-        workers = start_workers(env, count=2, threads=args.threads, program=program)
-        try:
-            wait_for_workers(2)
-            cpu = run(args, serve_tool_calling_mistral(0, args.latency), workers)
-        finally:
-            stop_workers(workers)
-    if not args.plain:
-        print_stages(stages_dir, args.items, cpu)
+    # The stage workers' records: a folder of this run's own (removed at the end) unless
+    # one is given; none for plain workers.
+    given = os.environ.get("BENCH_STAGES_DIR")
+    stages_dir = given or (None if args.plain else tempfile.mkdtemp(prefix="bench-stages-"))
+    try:
+        with private_platform(**({} if args.plain else {"BENCH_STAGES_DIR": stages_dir})) as env:
+            program = ("-m", "celery") if args.plain else (str(ROOT / "bench" / "_stage_worker.py"),)
+            workers = start_workers(env, count=2, threads=args.threads, program=program)
+            try:
+                wait_for_workers(2)
+                cpu = run(args, serve_tool_calling_mistral(0, args.latency), workers)
+            finally:
+                stop_workers(workers)
+        if not args.plain:
+            print_stages(stages_dir, args.items, cpu)
+    finally:
+        if stages_dir and not given:
+            shutil.rmtree(stages_dir, ignore_errors=True)
 
 
 def cpu_seconds(pids: list[int]) -> float:
