@@ -190,14 +190,26 @@ class Run(TenantModel):
 
 # The items of a run (steps, messages, tool calls, memory snapshots) name its organization
 # and project as the run does, for scoping, without a database constraint of their own:
-# their run's (``run_id``, constrained) already ties them to rows that exist, since a run
-# cannot go while it has items nor a project while it has runs. Each constraint cost a
-# check per row written, about a quarter of PostgreSQL's CPU in ingestion
-# (docs/performance.md). Deleting through Django cascades as before (``on_delete``).
-# Their step (``step_id``) is the same: ingestion sets it only to a step of the item's own
-# run, looked up or joined in the same transaction, and steps go only with their run
-# (through Django, which applies ``on_delete`` itself); the check at each commit was a
-# tenth of PostgreSQL's CPU in ingestion.
+# their run ties them to rows that exist, since a run cannot go while it has items nor a
+# project while it has runs. Each constraint cost a check per row written, about a
+# quarter of PostgreSQL's CPU in ingestion (docs/performance.md). Deleting through Django
+# cascades as before (``on_delete``).
+# Their run (``run_id``) is checked as a foreign key would be, by triggers (migration
+# 0024): an item's run must exist when its statement ends (checked once per statement,
+# its runs locked FOR KEY SHARE as a foreign key's check locks them) and a run cannot be
+# deleted, or its id changed, while items name it (checked at commit, per run deleted).
+# A foreign key checked each of the 1.9 rows a span writes, one query per row at commit:
+# a fifth of PostgreSQL's CPU in ingestion.
+# Their step (``step_id``) is unconstrained: ingestion sets it only to a step of the
+# item's own run, looked up or joined in the same transaction, and steps go only with
+# their run (through Django, which applies ``on_delete`` itself); the check at each
+# commit was a tenth of PostgreSQL's CPU in ingestion.
+def _item_run(related_name: str, *, db_index: bool = True):
+    return models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name=related_name, db_index=db_index, db_constraint=False
+    )
+
+
 def _item_step(related_name: str):
     return models.ForeignKey(
         "runs.Step", null=True, blank=True, on_delete=models.SET_NULL, related_name=related_name, db_constraint=False
@@ -258,7 +270,7 @@ class Step(TenantModel):
     # No index of its own: step_project_started leads with it.
     project = _item_project(db_index=False)
     # No index of its own: step_unique_span and step_run_started lead with it (written on every ingest, for nothing).
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
+    run = _item_run("steps", db_index=False)
     span_id = models.CharField(max_length=128)
     parent_span_id = models.CharField(max_length=128, blank=True)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CUSTOM)
@@ -352,7 +364,7 @@ class Message(TenantModel):
     project = _item_project()
     # No index of its own: message_unique_id and message_run_position lead with it
     # (written on every ingest, for nothing).
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages", db_index=False)
+    run = _item_run("messages", db_index=False)
     step = _item_step("messages")
     span_id = models.CharField(max_length=128, blank=True, help_text="The step's span id; links it in any order.")
     message_id = models.CharField(max_length=200, help_text="Client id, or derived from the step and position.")
@@ -382,7 +394,7 @@ class ToolCall(TenantModel):
     project = _item_project()
     # No index of its own: tool_call_unique_id and tool_call_run_started lead with it
     # (written on every ingest, for nothing).
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls", db_index=False)
+    run = _item_run("tool_calls", db_index=False)
     step = _item_step("tool_calls")
     span_id = models.CharField(max_length=128, blank=True)
     call_id = models.CharField(max_length=200, help_text="Client id, the tool call id, or the step's span id.")
@@ -404,7 +416,7 @@ class MemorySnapshot(TenantModel):
 
     organization = _item_organization()
     project = _item_project()
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="memory_snapshots")
+    run = _item_run("memory_snapshots")
     step = _item_step("memory_snapshots")
     span_id = models.CharField(max_length=128, blank=True)
     snapshot_id = models.CharField(max_length=200)
