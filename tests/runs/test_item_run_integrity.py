@@ -4,6 +4,7 @@ written is refused when it names no run, a run cannot be deleted while items nam
 and a deletion racing an ingestion leaves no item without its run."""
 
 import threading
+import time
 from datetime import UTC, datetime
 
 import psycopg
@@ -23,6 +24,7 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NO_SUCH_RUN = 9_000_000_000
 # A COPY goes through psycopg's own cursor, outside Django's wrapping of its errors.
 REFUSED = (IntegrityError, psycopg.IntegrityError)
+ITEM_MODELS = (Step, Message, ToolCall, MemorySnapshot)
 
 
 def _scope(project):
@@ -79,7 +81,7 @@ def _ingested_run(project) -> Run:
 
 def _item_counts(project) -> tuple[int, int, int, int]:
     with _scope(project):
-        return tuple(model.objects.count() for model in (Step, Message, ToolCall, MemorySnapshot))
+        return tuple(model.objects.count() for model in ITEM_MODELS)
 
 
 @pytest.mark.parametrize("table", ["steps", "messages", "tool calls", "snapshots"])
@@ -105,7 +107,7 @@ def test_rows_naming_no_run_are_refused_by_every_write_path(tenant, table, how, 
     assert _item_counts(project) == before
 
 
-@pytest.mark.parametrize("model", [Step, Message, ToolCall, MemorySnapshot])
+@pytest.mark.parametrize("model", ITEM_MODELS)
 def test_an_item_saved_or_moved_through_the_orm_needs_its_run(tenant, model):
     project = tenant.project
     run = _ingested_run(project)
@@ -145,39 +147,50 @@ def test_a_run_is_not_deleted_while_items_name_it(transactional_db, tenant):
     assert _item_counts(project) == (0, 0, 0, 0)
 
 
-def _backend_waits_on_a_lock(pid: int, timeout: float = 30.0) -> None:
-    """Return once the session ``pid`` waits for a lock (its statement blocked)."""
-    deadline = threading.Event()
-    timer = threading.Timer(timeout, deadline.set)
-    timer.start()
-    try:
-        with connection.cursor() as cursor:
-            while not deadline.is_set():
-                cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
-                row = cursor.fetchone()
-                if row and row[0] == "Lock":
-                    return
-                deadline.wait(0.01)
-        raise AssertionError(f"session {pid} never waited for a lock")
-    finally:
-        timer.cancel()
+class _OtherSession:
+    """``work`` run in a thread, on a database session of its own; ``errors``: what it raised."""
 
+    def __init__(self, work):
+        self.errors: list[Exception] = []
+        self._pid: int | None = None
+        self._connected = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(work,))
+        self._thread.start()
 
-def _in_thread(work, pid_box: list, errors: list) -> threading.Thread:
-    def run():
+    def _run(self, work) -> None:
         try:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_backend_pid()")
-                pid_box.append(cursor.fetchone()[0])
+                self._pid = cursor.fetchone()[0]
+            self._connected.set()
             work()
         except Exception as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
+            self.errors.append(exc)
         finally:
+            self._connected.set()
             connection.close()
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
+    def wait_for_a_lock(self, timeout: float = 30.0) -> None:
+        """Return once the session waits for a lock (its statement blocked)."""
+        deadline = time.monotonic() + timeout
+        self._connected.wait(timeout)
+        with connection.cursor() as cursor:
+            while time.monotonic() < deadline and self._thread.is_alive():
+                cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [self._pid])
+                row = cursor.fetchone()
+                if row and row[0] == "Lock":
+                    return
+                time.sleep(0.01)
+        raise AssertionError(f"session {self._pid} did not wait for a lock (errors: {self.errors})")
+
+    def join(self) -> None:
+        self._thread.join(30)
+
+
+def _delete_items(project, run_id: int) -> None:
+    with _scope(project):
+        for model in ITEM_MODELS:
+            model.objects.filter(run_id=run_id).delete()
 
 
 def test_a_deletion_waiting_for_an_ingestion_fails_when_the_ingestion_added_items(transactional_db, tenant):
@@ -186,28 +199,24 @@ def test_a_deletion_waiting_for_an_ingestion_fails_when_the_ingestion_added_item
     new step keeps its run."""
     project = tenant.project
     run = _ingested_run(project)
-    pid, errors = [], []
-    ingested, release = threading.Event(), threading.Event()
+    ingested = threading.Event()
 
     def delete():
         ingested.wait(30)
-        with _scope(project), transaction.atomic():
-            for model in (Step, Message, ToolCall, MemorySnapshot):
-                model.objects.filter(run_id=run.pk).delete()
+        with transaction.atomic():
+            _delete_items(project, run.pk)
             with connection.cursor() as cursor:
                 cursor.execute("DELETE FROM runs_run WHERE id = %s", [run.pk])
 
-    deleter = _in_thread(delete, pid, errors)
+    deleter = _OtherSession(delete)
     with _scope(project), transaction.atomic():
         ingest(
             project=project, steps=[StepEvent(trace_id="t", span_id="late", name="late", started_at=T0)], announce=False
         )
         ingested.set()
-        while not pid:
-            release.wait(0.01)
-        _backend_waits_on_a_lock(pid[0])
-    deleter.join(30)
-    assert len(errors) == 1 and isinstance(errors[0], IntegrityError), errors
+        deleter.wait_for_a_lock()
+    deleter.join()
+    assert len(deleter.errors) == 1 and isinstance(deleter.errors[0], IntegrityError), deleter.errors
     with _scope(project):
         assert Run.objects.filter(pk=run.pk).exists()
         assert sorted(Step.objects.filter(run_id=run.pk).values_list("span_id", flat=True)) == ["late", "s0", "s1"]
@@ -218,12 +227,7 @@ def test_items_waiting_for_a_deletion_of_their_run_are_refused_when_it_commits(t
     for the deletion, then fails; no item is left without its run."""
     project = tenant.project
     run = _ingested_run(project)
-    with _scope(project):
-        Step.objects.filter(run=run).delete()
-        Message.objects.filter(run=run).delete()
-        ToolCall.objects.filter(run=run).delete()
-        MemorySnapshot.objects.filter(run=run).delete()
-    pid, errors = [], []
+    _delete_items(project, run.pk)
     deleted = threading.Event()
 
     def write():
@@ -231,17 +235,15 @@ def test_items_waiting_for_a_deletion_of_their_run_are_refused_when_it_commits(t
         with _scope(project), transaction.atomic():
             copy_new(_item_upserts(project, run.pk, 3)["steps"])
 
-    writer = _in_thread(write, pid, errors)
+    writer = _OtherSession(write)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM runs_run WHERE id = %s", [run.pk])
         deleted.set()
-        while not pid:
-            deleted.wait(0.01)
-        _backend_waits_on_a_lock(pid[0])
-    writer.join(30)
-    assert len(errors) == 1 and isinstance(errors[0], REFUSED), errors
-    assert "names no run" in str(errors[0])
+        writer.wait_for_a_lock()
+    writer.join()
+    assert len(writer.errors) == 1 and isinstance(writer.errors[0], REFUSED), writer.errors
+    assert "names no run" in str(writer.errors[0])
     with _scope(project):
         assert not Run.objects.filter(pk=run.pk).exists()
     assert _item_counts(project) == (0, 0, 0, 0)
