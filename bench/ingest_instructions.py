@@ -52,7 +52,7 @@ def child(requests: int, signals: Path) -> None:
         from agentops.heap import settle_heap
         from agentops.models import Project
         from agentops.scoping import dangerously_unscoped, organization_scope
-        from runs.ingest import ingest
+        from runs.api.otlp import store
         from runs.otlp import decode, map_traces
 
         call_command("create_organization", "bench", "--owner", "bench@example.com", stdout=StringIO())
@@ -65,7 +65,7 @@ def child(requests: int, signals: Path) -> None:
         def receive(body: bytes) -> None:
             batch = map_traces(decode.decode_traces(body, decode.PROTOBUF))
             with organization_scope(project.organization):
-                ingest(project=project, steps=batch.steps, messages=batch.messages, tool_calls=batch.tool_calls)
+                store(project, batch)
 
         for body in bodies[:WARM_UP_REQUESTS]:
             receive(body)

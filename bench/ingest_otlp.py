@@ -254,7 +254,7 @@ def stage_breakdown(project, data_dir: str) -> dict[str, tuple[float, float]]:
 
     from agentops.heap import settle_heap
     from agentops.scoping import organization_scope
-    from runs.ingest import ingest
+    from runs.api.otlp import store
     from runs.otlp import decode, map_traces
 
     with connection.cursor() as cursor:
@@ -275,7 +275,7 @@ def stage_breakdown(project, data_dir: str) -> dict[str, tuple[float, float]]:
         batch = map_traces(request)
         t2 = mark()
         with organization_scope(project.organization):
-            ingest(project=project, steps=batch.steps, messages=batch.messages, tool_calls=batch.tool_calls)
+            store(project, batch)
         t3 = mark()
         if index == 0:
             settle_heap()  # as a web process is (agentops/asgi.py)

@@ -72,6 +72,22 @@ class AnyAcceptNegotiation(BaseContentNegotiation):
         return renderer, renderer.media_type
 
 
+def store(project, batch: MappedBatch, *, api_key=None, announce: bool = True) -> None:
+    """Store what the receivers mapped (``batch``) for ``project``, in the organization's
+    scope (the benchmarks call it as the receivers do)."""
+    ingest(
+        project=project,
+        steps=batch.steps,
+        messages=batch.messages,
+        tool_calls=batch.tool_calls,
+        snapshots=batch.snapshots,
+        api_key=api_key,
+        announce=announce,
+        # The mapping makes every JSON value storable (runs.otlp.attributes).
+        json_checked=True,
+    )
+
+
 def _max_body_bytes() -> int:
     return getattr(settings, "OTLP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)
 
@@ -122,14 +138,7 @@ class OtlpExportView(APIView):
         project.organization = self.access.organization
         if not batch.empty:
             with organization_scope(project.organization):
-                ingest(
-                    project=project,
-                    steps=batch.steps,
-                    messages=batch.messages,
-                    tool_calls=batch.tool_calls,
-                    snapshots=batch.snapshots,
-                    api_key=self.access.api_key,
-                )
+                store(project, batch, api_key=self.access.api_key)
         return self.answer(batch, media)
 
     def map(self, body: bytes, media: str) -> MappedBatch:

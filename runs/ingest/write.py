@@ -49,8 +49,8 @@ def _split(upsert: Upsert, run_ids: set[int]) -> tuple[Upsert, Upsert]:
     for row in upsert.rows:
         (new if row["run_id"] in run_ids else other).append(row)
     return (
-        Upsert(upsert.model, new, upsert.unique_fields, upsert.update_fields),
-        Upsert(upsert.model, other, upsert.unique_fields, upsert.update_fields),
+        Upsert(upsert.model, new, upsert.unique_fields, upsert.update_fields, upsert.json_checked),
+        Upsert(upsert.model, other, upsert.unique_fields, upsert.update_fields, upsert.json_checked),
     )
 
 
@@ -99,6 +99,7 @@ def ingest(
     announce: bool = True,
     redactor: Redactor | None = None,
     api_key=None,
+    json_checked: bool = False,
 ) -> IngestResult:
     """Store a batch of trace data for ``project`` durably; see the package docstring
     (``runs.ingest``).
@@ -106,6 +107,9 @@ def ingest(
     ``redactor``: the project's, for a caller that sends many batches (the executor, for
     a whole run); read from the project's settings when not given. ``api_key``: the key
     that sent the batch, recorded on the runs it creates (the ledger counts spend by key).
+    ``json_checked``: the events' JSON values are already as ``runs.events.json_safe``
+    makes them (no NaN or Infinity, NUL character or unpaired surrogate), as the OTLP
+    mapping's are: their encoding does not look for those again (``Upsert.json_checked``).
     The runs touched are marked for the usage ledger in the same transaction.
 
     Inside a caller's transaction this takes no savepoint: an error fails the caller's
@@ -144,6 +148,8 @@ def ingest(
             tool_calls_upsert(project, run_by_trace, tool_calls, redactor, now),
             snapshots_upsert(project, run_by_trace, snapshots, redactor, now),
         )
+        for upsert in upserts:
+            upsert.json_checked = json_checked
         may_need_links = _write_rows(upserts, set(result.runs_created))
         # A run that existed may hold items stored before their step (any batch's).
         may_need_links = may_need_links or len(result.runs_created) < len(result.runs_touched)

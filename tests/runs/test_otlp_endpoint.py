@@ -318,6 +318,56 @@ def test_hostile_values_are_stored_without_a_server_error(client, tenant, key):
     assert message.content == "ab? NaN"
 
 
+def test_hostile_values_in_a_large_export_are_stored_as_in_a_small_one(client, tenant, key):
+    """A large export's rows go by COPY, its JSON encoded without the search for what
+    jsonb refuses (the mapping's values cannot hold it): stored as one span's are (the
+    test above)."""
+    messages = '[{"role": "user", "parts": [{"type": "text", "content": "a\\u0000b\\ud800 \U0001f600"}], "x": NaN}]'
+    chat = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "mistral-large-2512",
+        "gen_ai.input.messages": messages,
+        "score": math.nan,
+        "limit": -math.inf,
+        "nul\x00key": "nul\x00value",
+        "emoji": "\U0001f600",
+    }
+    tool = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "search",
+        "gen_ai.tool.call.arguments": '{"n": 123456789012345678901234567890, "none": null, "x": NaN, "s": "\\u0000"}',
+    }
+    traces = [bytes([index + 1]) * 16 for index in range(30)]  # 30 runs, 120 rows: by COPY
+    spans = [
+        span
+        for trace in traces
+        for span in (
+            make_span(chat, name="chat", trace_id=trace),
+            make_span(tool, name="search", span_id=CHILD, parent=ROOT, trace_id=trace),
+        )
+    ]
+
+    response = post(client, make_request(*spans).SerializeToString(), key)
+
+    assert response.status_code == 200
+    assert ExportTraceServiceResponse.FromString(response.content).partial_success.rejected_spans == 0
+    with organization_scope(tenant.organization):
+        chats = list(Step.objects.filter(project=tenant.project, kind="llm"))
+        contents = set(Message.objects.filter(project=tenant.project, role="user").values_list("content", flat=True))
+        arguments = list(ToolCall.objects.filter(project=tenant.project).values_list("arguments", flat=True))
+    assert len(chats) == 30
+    for step in chats:
+        stored = step.attributes
+        assert (stored["score"], stored["limit"], stored["nulkey"], stored["emoji"]) == (
+            "NaN",
+            "-Infinity",
+            "nulvalue",
+            "\U0001f600",
+        )
+    assert contents == {"ab? \U0001f600"}
+    assert arguments == [{"n": 123456789012345678901234567890, "none": None, "x": "NaN", "s": ""}] * 30
+
+
 # --- Size limits ---------------------------------------------------------------------------------
 
 
