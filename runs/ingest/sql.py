@@ -232,11 +232,14 @@ def _binary_types(table: str, fields: list) -> list[int] | None:
 
 
 @cache
-def upsert_sql(model, unique_fields: tuple[str, ...], update_fields: tuple[str, ...]) -> UpsertSQL:
+def upsert_sql(
+    model, unique_fields: tuple[str, ...], update_fields: tuple[str, ...], with_ids: bool = False
+) -> UpsertSQL:
     """The parts of an upsert's SQL that depend only on its model and fields (the column
-    types read from the database at the first call)."""
+    types read from the database at the first call). ``with_ids``: the rows give their
+    primary key too (``copy_new``)."""
     quote, meta = connection.ops.quote_name, model._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    fields = [f for f in meta.concrete_fields if with_ids or not f.primary_key]
     conflict = ", ".join(quote(meta.get_field(name).column) for name in unique_fields)
     updates = ", ".join(
         f"{column} = EXCLUDED.{column}" for column in (quote(meta.get_field(name).column) for name in update_fields)
@@ -333,17 +336,39 @@ def _copy(cursor, table: str, sql: UpsertSQL) -> Iterator:
         yield copy
 
 
-def copy_new(upsert: Upsert) -> None:
+def copy_new(upsert: Upsert, *, with_ids: bool = False) -> None:
     """Write rows that cannot exist yet, by COPY straight into their table: those of
     runs this transaction created, which no other transaction sees until it commits (and
-    ``ingest()`` keeps one row per key). Their ids are the table's to assign."""
+    ``ingest()`` keeps one row per key). Their ids are the table's to assign, or
+    ``with_ids``, the rows' own ``id`` (from ``reserve_ids``)."""
     if not upsert.rows:
         return
-    sql = upsert_sql(upsert.model, upsert.unique_fields, upsert.update_fields)
+    sql = upsert_sql(upsert.model, upsert.unique_fields, upsert.update_fields, with_ids)
     values_of = _row_writer(sql, upsert.json_checked)
     with connection.cursor() as cursor, _copy(cursor.cursor, sql.table, sql) as copy:
         for row in upsert.rows:
             copy.write_row(values_of(row))
+
+
+@cache
+def _reserve_ids_sql(table: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
+        (sequence,) = cursor.fetchone()
+    literal = "'" + sequence.replace("'", "''") + "'"
+    # One text of every id (split in C) rather than a row or an array element each.
+    return f"SELECT string_agg(nextval({literal}::regclass)::text, ',') FROM generate_series(1, %s)"  # noqa: S608
+
+
+def reserve_ids(model, count: int) -> list[int]:
+    """``count`` new ids of ``model``'s table, drawn from its sequence as an insert would
+    draw them, for rows written with their id (``copy_new(with_ids=True)``)."""
+    if count <= 0:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(_reserve_ids_sql(model._meta.db_table), [count])
+        (ids,) = cursor.fetchone()
+    return list(map(int, ids.split(",")))
 
 
 def copy_upsert(*upserts: Upsert) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from agentops.models import Project
@@ -21,9 +21,10 @@ from billing.ledger import ledger_mark
 from runs.events import MemoryEvent, MessageEvent, RunEvent, StepEvent, ToolCallEvent
 from runs.ingest.item_rows import messages_upsert, snapshots_upsert, steps_upsert, tool_calls_upsert
 from runs.ingest.run_rows import link_parent_runs, upsert_runs
-from runs.ingest.sql import SMALL_UPSERT_ROWS, Upsert, copy_new, copy_upsert
+from runs.ingest.sql import SMALL_UPSERT_ROWS, Upsert, copy_new, copy_upsert, reserve_ids
 from runs.ingest.totals import recompute_run_totals
 from runs.live import announce_runs_ingested
+from runs.models import Step
 from runs.services.redaction import Redactor, redactor_for
 
 
@@ -62,8 +63,9 @@ def _write_rows(upserts: tuple[Upsert, ...], created: set[int]) -> bool:
 
     The rows of runs this batch created (most of an OTLP export's: a trace usually comes
     whole) go by COPY straight into their tables, and their items carry their step's id
-    from the start: looked up once after the steps, instead of each item row written a
-    second time by the link in recompute_run_totals(). The rest, and a handful of rows
+    from the start: the steps' ids are drawn from their sequence before the steps' COPY
+    (one statement, not a read of the steps back after it), instead of each item row
+    written a second time by the link in recompute_run_totals(). The rest, and a handful of rows
     (one statement is cheaper than a COPY per table), go through ``copy_upsert``."""
     steps, *items = upserts
     if created:
@@ -72,14 +74,17 @@ def _write_rows(upserts: tuple[Upsert, ...], created: set[int]) -> bool:
         copy_upsert(*upserts)
         return True
     new_steps, *new_items = new
-    copy_new(new_steps)
-    if new_steps.rows and any(upsert.rows for upsert in new_items):
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT run_id, span_id, id FROM runs_step WHERE run_id = ANY(%s)", [sorted(created)])
-            step_ids = {(run_id, span_id): pk for run_id, span_id, pk in cursor.fetchall()}
+    with_ids = bool(new_steps.rows) and any(upsert.rows for upsert in new_items)
+    if with_ids:
+        # The new steps' ids drawn before their COPY, so that their items carry them (a
+        # run created now has no other steps).
+        step_ids = {}
+        for row, pk in zip(new_steps.rows, reserve_ids(Step, len(new_steps.rows)), strict=True):
+            row["id"] = step_ids[row["run_id"], row["span_id"]] = pk
         for upsert in new_items:
             for row in upsert.rows:
                 row["step_id"] = step_ids.get((row["run_id"], row["span_id"]))
+    copy_new(new_steps, with_ids=with_ids)
     for upsert in new_items:
         copy_new(upsert)
     copy_upsert(*other)

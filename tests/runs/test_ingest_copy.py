@@ -175,3 +175,26 @@ def test_a_row_without_some_fields_is_written_with_their_defaults_and_cleaned_al
     assert by_name["step_id"] is None and by_name["error"] == defaults["error"]
     assert by_name["started_at"] == T0  # a naive time is UTC
     assert by_name["arguments"].startswith(b"\x01{")  # jsonb's version byte, then the JSON
+
+
+def test_the_new_steps_ids_are_the_tables_own_and_their_items_name_their_step(tenant):
+    """A new run's steps are copied with ids drawn from their table's sequence (so that
+    their items carry them): each item names the step of its span, and rows written
+    after (the ORM's, another batch's) take the next ids, never one already used."""
+    project = tenant.project
+    with organization_scope(project.organization):
+        ingest(project=project, announce=False, **_batch("first", range(ITEMS)))
+        first_ids = set(Step.objects.filter(run__trace_id="first").values_list("id", flat=True))
+        ingest(project=project, announce=False, **_batch("second", range(ITEMS)))
+        run = Step.objects.get(run__trace_id="second", span_id="span-00").run
+        added = Step.objects.create(
+            organization_id=project.organization_id, project=project, run=run, span_id="added", name="added"
+        )
+        second_ids = set(Step.objects.filter(run__trace_id="second").values_list("id", flat=True))
+        assert len(first_ids) == ITEMS and len(second_ids) == ITEMS + 1
+        assert max(first_ids) < min(second_ids) and added.pk == max(second_ids)
+        for model in (Message, ToolCall, MemorySnapshot):
+            items = list(model.objects.filter(project=project).select_related("step"))
+            assert len(items) == 2 * ITEMS
+            assert all(item.step is not None and item.step.span_id == item.span_id for item in items)
+            assert all(item.step.run_id == item.run_id for item in items)
