@@ -21,6 +21,7 @@ from billing import models as catalog
 
 MILLION = Decimal(1_000_000)
 NANO = Decimal("0.000000001")
+ZERO = Decimal(0)
 # The catalog is small and read for every stored step: each process keeps it in memory
 # for a minute, so an edit in the admin applies everywhere within a minute.
 _CACHE_SECONDS = 60
@@ -245,17 +246,27 @@ def check_tiers(tiers) -> None:
                     raise ValidationError({"tiers": f"{where}: {name} must be a number from 0."})
 
 
-def _rates(price, input_tokens: int) -> dict[str, Decimal | None]:
-    """The rates of ``price`` for a call of ``input_tokens`` input tokens: the base
-    ones, overridden by those of the highest tier the call is above."""
-    rates = {name: getattr(price, name, None) for name in RATE_FIELDS}
+def _rates(price, input_tokens: int) -> tuple[Decimal | None, ...]:
+    """The rates of ``price`` (in ``RATE_FIELDS``' order) for a call of ``input_tokens``
+    input tokens: the base ones, overridden by those of the highest tier the call is
+    above. A tuple of attributes read directly: every priced step asks."""
+    base = (
+        price.input_per_million,
+        price.cached_input_per_million,
+        price.cache_write_per_million,
+        price.output_per_million,
+        price.reasoning_output_per_million,
+    )
     if not price.tiers:
-        return rates  # most prices
+        return base  # most prices
     tiers = [tier for tier in price.tiers if input_tokens > tier[TIER_THRESHOLD]]
-    if tiers:
-        tier = max(tiers, key=lambda tier: tier[TIER_THRESHOLD])
-        rates.update({name: Decimal(str(tier[name])) for name in RATE_FIELDS if tier.get(name) is not None})
-    return rates
+    if not tiers:
+        return base
+    tier = max(tiers, key=lambda tier: tier[TIER_THRESHOLD])
+    return tuple(
+        rate if tier.get(name) is None else Decimal(str(tier[name]))
+        for name, rate in zip(RATE_FIELDS, base, strict=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -280,18 +291,18 @@ def _priced_parts(
     """(part, tokens, rate per million) of each part of a model call: the split that
     ``cost_parts`` and ``tokens_cost`` share (their token arguments are these)."""
     input_tokens, output_tokens = max(input_tokens, 0), max(output_tokens, 0)
-    rates = _rates(price, input_tokens)
-    input_rate = rates["input_per_million"] or Decimal(0)
-    output_rate = rates["output_per_million"] or Decimal(0)
+    input_rate, cached_rate, cache_write_rate, output_rate, reasoning_rate = _rates(price, input_tokens)
+    input_rate = input_rate or ZERO
+    output_rate = output_rate or ZERO
     cache_read = min(max(cached_input_tokens, 0), input_tokens)
     cache_write = min(max(cache_write_input_tokens, 0), input_tokens - cache_read)
     reasoning = min(max(reasoning_output_tokens, 0), output_tokens)
     return (
         ("input", input_tokens - cache_read - cache_write, input_rate),
-        ("cached_input", cache_read, _or(rates["cached_input_per_million"], input_rate)),
-        ("cache_write", cache_write, _or(rates["cache_write_per_million"], input_rate)),
+        ("cached_input", cache_read, input_rate if cached_rate is None else cached_rate),
+        ("cache_write", cache_write, input_rate if cache_write_rate is None else cache_write_rate),
         ("output", output_tokens - reasoning, output_rate),
-        ("reasoning_output", reasoning, _or(rates["reasoning_output_per_million"], output_rate)),
+        ("reasoning_output", reasoning, output_rate if reasoning_rate is None else reasoning_rate),
     )
 
 
@@ -305,10 +316,6 @@ def cost_parts(*, price, **tokens) -> list[CostPart]:
         CostPart(part, count, rate, Decimal(count) * rate / MILLION)
         for part, count, rate in _priced_parts(price=price, **tokens)
     ]
-
-
-def _or(rate: Decimal | None, default: Decimal) -> Decimal:
-    return default if rate is None else rate
 
 
 def tokens_cost(*, price, **tokens) -> Decimal:
