@@ -301,7 +301,10 @@ def _row_writer(sql: UpsertSQL, json_checked: bool = False):
         columns.append((f.attname, f.get_default(), convert, is_text))
 
     every_field = itemgetter(*(name for name, _, _, _ in columns))
-    converted = [(index, convert, is_text) for index, (_, _, convert, is_text) in enumerate(columns) if convert]
+    text_indexes = [index for index, (_, _, _, is_text) in enumerate(columns) if is_text]
+    # The text columns' values at once, as a tuple (itemgetter of one index gives the value).
+    texts_of = itemgetter(*text_indexes) if len(text_indexes) > 1 else lambda values: [values[i] for i in text_indexes]
+    others = [(index, convert) for index, (_, _, convert, is_text) in enumerate(columns) if convert and not is_text]
 
     def values_of(row: dict) -> list:
         try:
@@ -309,13 +312,20 @@ def _row_writer(sql: UpsertSQL, json_checked: bool = False):
             values = list(every_field(row))
         except KeyError:
             values = [row.get(name, default) for name, default, _, _ in columns]
-        for index, convert, is_text in converted:
+        # The common row: every text column ASCII text without NUL, seen in one string
+        # (a step row has ten text columns); else each column is looked at.
+        try:
+            joined = "".join(texts_of(values))
+        except TypeError:  # a None, or a value that is not text
+            joined = "\x00"
+        if not joined.isascii() or "\x00" in joined:
+            for index in text_indexes:
+                value = values[index]
+                if value is not None and not (value.__class__ is str and value.isascii() and "\x00" not in value):
+                    values[index] = _text_value(value)
+        for index, convert in others:
             value = values[index]
-            # A text column's common value (ASCII text without NUL) is kept without
-            # _text_value's call: a step row has ten text columns.
-            if value is not None and not (
-                is_text and value.__class__ is str and value.isascii() and "\x00" not in value
-            ):
+            if value is not None:
                 values[index] = convert(value)
         return values
 
