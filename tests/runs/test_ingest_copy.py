@@ -177,6 +177,40 @@ def test_a_row_without_some_fields_is_written_with_their_defaults_and_cleaned_al
     assert by_name["arguments"].startswith(b"\x01{")  # jsonb's version byte, then the JSON
 
 
+def test_a_rows_text_columns_are_kept_when_all_are_plain_and_cleaned_each_when_one_is_not(tenant):
+    """The text columns of a row are seen at once (ASCII without NUL: kept as they are);
+    a row with any other value among them (NUL, non-ASCII, a number, None) has each text
+    column made storable on its own, the plain ones unchanged."""
+    from runs.ingest.sql import _row_writer, upsert_sql
+
+    with organization_scope(tenant.project.organization):
+        sql = upsert_sql(Message, ("run", "message_id"), ())
+    values_of = _row_writer(sql)
+    base = {f.attname: f.get_default() for f in sql.fields} | {
+        "organization_id": 1,
+        "project_id": 2,
+        "run_id": 3,
+        "span_id": "s",
+        "message_id": "m",
+        "position": 1,
+        "role": "user",
+        "name": "plain",
+        "created_at": T0,
+    }
+
+    def texts(**changes) -> dict:
+        written = dict(zip((f.attname for f in sql.fields), values_of(base | changes), strict=True))
+        return {name: written[name] for name in ("span_id", "message_id", "role", "name", "tool_call_id")}
+
+    plain = texts()
+    assert plain == {"span_id": "s", "message_id": "m", "role": "user", "name": "plain", "tool_call_id": ""}
+    assert texts(name="ab\x00c") == plain | {"name": "abc"}
+    assert texts(name="café 😀") == plain | {"name": "café 😀"}
+    assert texts(name="lone \ud800") == plain | {"name": "lone ?"}
+    assert texts(tool_call_id=42) == plain | {"tool_call_id": "42"}  # a number: its text
+    assert texts(tool_call_id=None) == plain | {"tool_call_id": None}
+
+
 def test_the_new_steps_ids_are_the_tables_own_and_their_items_name_their_step(tenant):
     """A new run's steps are copied with ids drawn from their table's sequence (so that
     their items carry them): each item names the step of its span, and rows written
