@@ -216,18 +216,25 @@ def _item_step(related_name: str):
     )
 
 
+# An item's organization and project are its run's, and it goes with its run (deleting an
+# organization or a project deletes their runs, and the runs their items: by the items'
+# run_id, which leads their indexes). Nothing reads items by organization or project
+# alone, so neither column is indexed: Django's index of each foreign key was an entry
+# written per item row for nothing but Django's own cascade, two to three entries per
+# span ingested (about 6 us of PostgreSQL's CPU per span, docs/performance.md).
 def _item_organization():
     return models.ForeignKey(
         "agentops.Organization",
-        on_delete=models.CASCADE,
+        on_delete=models.DO_NOTHING,
         related_name="%(app_label)s_%(class)s_set",
         db_constraint=False,
+        db_index=False,
     )
 
 
-def _item_project(*, db_index: bool = True):
+def _item_project():
     return models.ForeignKey(
-        "agentops.Project", on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=db_index
+        "agentops.Project", on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, db_index=False
     )
 
 
@@ -268,7 +275,7 @@ class Step(TenantModel):
 
     organization = _item_organization()
     # No index of its own: step_project_started leads with it.
-    project = _item_project(db_index=False)
+    project = _item_project()
     # No index of its own: step_unique_span and step_run_started lead with it (written on every ingest, for nothing).
     run = _item_run("steps", db_index=False)
     span_id = models.CharField(max_length=128)
@@ -416,7 +423,8 @@ class MemorySnapshot(TenantModel):
 
     organization = _item_organization()
     project = _item_project()
-    run = _item_run("memory_snapshots")
+    # No index of its own: memory_unique_id and memory_run_sequence lead with it.
+    run = _item_run("memory_snapshots", db_index=False)
     step = _item_step("memory_snapshots")
     span_id = models.CharField(max_length=128, blank=True)
     snapshot_id = models.CharField(max_length=200)
