@@ -92,6 +92,7 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
     rows = []
     for event in events:
         cost, unpriced, price_id = None, False, None
+        duration = duration_ms(event.started_at, event.ended_at)
         if event.model or event.kind == LLM:
             computed = step_cost(
                 model=event.model,
@@ -108,7 +109,6 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
         elif event.kind == TOOL:
             # A tool with a price (per call, character of its input, or second): most
             # have none and cost nothing, which is not "unpriced".
-            duration = duration_ms(event.started_at, event.ended_at)
             computed = tool_cost(
                 tool_name=event.name,
                 characters=lambda event=event: _characters(event.input),
@@ -128,7 +128,7 @@ def steps_upsert(project, run_by_trace, events, redactor: Redactor, now) -> Upse
                 "name": event.name[:500],
                 "started_at": event.started_at,
                 "ended_at": event.ended_at,
-                "duration_ms": duration_ms(event.started_at, event.ended_at),
+                "duration_ms": duration,
                 "status": event.status,
                 "error": event.error or "",
                 "model": event.model[:200],

@@ -230,15 +230,27 @@ class _NewRun:
     defaults (a model instance costs several times more to build, one per new trace)."""
 
     def __init__(self, trace_id: str):
+        constants, factories = _new_run_defaults()
+        self.__dict__.update(constants)
+        for name, factory in factories:
+            setattr(self, name, factory())  # a new list or dict for each run
         self.trace_id = trace_id
         self.parent_run_id = None
-        for name, field_ in _new_run_fields():
-            setattr(self, name, field_.get_default())
 
 
 @cache
-def _new_run_fields() -> list:
-    return [(name, Run._meta.get_field(name)) for name in (*MERGED_RUN_FIELDS, "parent_trace_id")]
+def _new_run_defaults() -> tuple[dict, list]:
+    """The defaults of the fields a ``_NewRun`` holds, as ``get_default()`` gives them:
+    (the constant ones by name, (name, factory) of those made by a call), worked out once
+    rather than by a call per field and new run."""
+    constants, factories = {}, []
+    for name in (*MERGED_RUN_FIELDS, "parent_trace_id"):
+        field_ = Run._meta.get_field(name)
+        if field_.has_default() and callable(field_.default):
+            factories.append((name, field_.default))
+        else:
+            constants[name] = field_.get_default()
+    return constants, factories
 
 
 @dataclass

@@ -159,6 +159,8 @@ def records_parameter(records: list[dict], json_names: frozenset[str]) -> Jsonb:
 def _record_value(value: Any) -> Any:
     """A value of a column that is not JSON, as ``storable`` makes it; a float that is not
     finite as its text (JSON has no NaN: orjson would write null), as PostgreSQL reads it."""
+    if value.__class__ is str and value.isascii() and "\x00" not in value:
+        return value  # the common value, without storable's call
     if value.__class__ is float and not math.isfinite(value):
         return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
     return storable(value, False)
