@@ -83,6 +83,8 @@ def span_status(span: Span, attributes: dict, events) -> tuple[str, str]:
             text = f"{text}\n{stacktrace}" if text else stacktrace
         if text:
             errors.append(text)
+    if not errors:
+        return status, ""  # most spans
     # The SDKs often repeat the exception's "Type: message" as the status message.
     kept = [text for index, text in enumerate(errors) if not any(text in other for other in errors[index + 1 :])]
     return status, "\n\n".join(dict.fromkeys(kept))
