@@ -73,8 +73,8 @@ class AnyAcceptNegotiation(BaseContentNegotiation):
 
 
 def store(project, batch: MappedBatch, *, api_key=None, announce: bool = True) -> None:
-    """Store what the receivers mapped (``batch``) for ``project``, in the organization's
-    scope (the benchmarks call it as the receivers do)."""
+    """Store what the receivers mapped (``batch``) for ``project``; the caller holds the
+    organization's scope. The benchmarks call it as the receivers do."""
     ingest(
         project=project,
         steps=batch.steps,
