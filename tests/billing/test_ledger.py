@@ -332,7 +332,8 @@ def test_a_rebuild_keeps_every_category(tenant):
 
 
 def test_the_ledger_counts_the_computed_cost_unless_the_organization_chooses_the_reported_one(tenant):
-    run = make_run(tenant.project, started_at=days_ago(1))
+    started = days_ago(1)
+    run = make_run(tenant.project, started_at=started)
     make_step(run, model="gpt-4o", input_tokens=10, output_tokens=10, cost="1.00", reported_cost=Decimal("1.50"))
     make_step(run, model="gpt-4o", input_tokens=10, output_tokens=10, cost="2.00")
     build_ledger(run)
@@ -354,4 +355,5 @@ def test_the_ledger_counts_the_computed_cost_unless_the_organization_chooses_the
     assert (row.cost, row.reported_cost) == (Decimal("3.50"), Decimal("1.50"))
     with organization_scope(tenant.organization):
         budget = Budget.objects.create(organization=tenant.organization, name="all", amount=Decimal("100"))
-        assert budget_spend(budget)["spend"] == Decimal("3.50")
+        # The period holding the run's day (yesterday is last month's on the 1st).
+        assert budget_spend(budget, started.date())["spend"] == Decimal("3.50")
