@@ -78,7 +78,7 @@ def _jsonb_text_exact(value: Any) -> str:
 _EMPTY_JSON = {dict: b"{}", list: b"[]"}
 
 
-def _jsonb_bytes(value: Any) -> bytes:
+def _jsonb_bytes(value: Any, checked: bool = False) -> bytes:
     """``value`` as JSON that ``jsonb`` takes, UTF-8 encoded (as a binary COPY and
     psycopg's ``Jsonb`` send it). Callers other than the OTLP mapping and the batch API
     (which clean or refuse them) may hand over NaN, Infinity, NUL characters or unpaired
@@ -92,30 +92,22 @@ def _jsonb_bytes(value: Any) -> bytes:
     what ``_needs_recheck`` finds: then as before, by ``json`` and ``json_safe``. Either way
     jsonb stores the same value (orjson writes no spaces and leaves non-ASCII characters
     unescaped; jsonb keeps neither). One difference: an ``Enum`` member that is neither
-    text nor a number is stored as its value (orjson) where ``json_safe`` stored its name."""
+    text nor a number is stored as its value (orjson) where ``json_safe`` stored its name.
+
+    ``checked``: ``value`` is already as ``runs.events.json_safe`` makes it (no NaN or
+    Infinity, NUL character or unpaired surrogate: what the OTLP mapping produces), so
+    ``_needs_recheck``'s searches (2.3 us per span of bench/ingest_otlp.py's traces),
+    which only find what such a value cannot hold, are skipped. What orjson refuses (an
+    integer beyond 64 bits) still takes json's path."""
     if (empty := _EMPTY_JSON.get(value.__class__)) is not None and not value:
         return empty  # every step's events and modality counts, most messages' tool calls
     try:
         encoded = orjson.dumps(value, option=_ORJSON_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError among them
         return _jsonb_text_exact(value).encode()
-    if _needs_recheck(encoded):
+    if not checked and _needs_recheck(encoded):
         return _jsonb_text_exact(value).encode()
     return encoded
-
-
-def _checked_jsonb_bytes(value: Any) -> bytes:
-    """``_jsonb_bytes`` of a value already as ``runs.events.json_safe`` makes it (no NaN
-    or Infinity, NUL character or unpaired surrogate: what the OTLP mapping produces),
-    without ``_needs_recheck``'s searches of the text (2.3 us per span of
-    bench/ingest_otlp.py's traces), which only find what such a value cannot hold. What
-    orjson refuses (an integer beyond 64 bits) still takes json's path."""
-    if (empty := _EMPTY_JSON.get(value.__class__)) is not None and not value:
-        return empty
-    try:
-        return orjson.dumps(value, option=_ORJSON_OPTIONS)
-    except TypeError:
-        return _jsonb_text_exact(value).encode()
 
 
 def storable(value: Any, is_json_column: bool) -> Any:
@@ -200,7 +192,7 @@ def _jsonb_copy_bytes(value: Any) -> bytes:
 
 
 def _checked_jsonb_copy_bytes(value: Any) -> bytes:
-    return b"\x01" + _checked_jsonb_bytes(value)
+    return b"\x01" + _jsonb_bytes(value, checked=True)
 
 
 @dataclass(frozen=True)
