@@ -27,6 +27,15 @@ OLD_INDEXES = [
     ("runs_memorysnapshot", "run_id", "runs_memorysnapshot_run_id_dabd8f72"),
 ]
 
+# The links as they become in Django's state: (model, field, on_delete, related_name, to).
+ITEMS = ("memorysnapshot", "message", "step", "toolcall")
+DO_NOTHING = django.db.models.deletion.DO_NOTHING
+LINKS = [
+    ("memorysnapshot", "run", django.db.models.deletion.CASCADE, "memory_snapshots", "runs.run"),
+    *((item, "organization", DO_NOTHING, "%(app_label)s_%(class)s_set", "agentops.organization") for item in ITEMS),
+    *((item, "project", DO_NOTHING, "+", "agentops.project") for item in ITEMS),
+]
+
 
 class Migration(migrations.Migration):
     atomic = False
@@ -47,104 +56,17 @@ class Migration(migrations.Migration):
             ],
             state_operations=[
                 migrations.AlterField(
-                    model_name="memorysnapshot",
-                    name="organization",
+                    model_name=model,
+                    name=name,
                     field=models.ForeignKey(
                         db_constraint=False,
                         db_index=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="%(app_label)s_%(class)s_set",
-                        to="agentops.organization",
+                        on_delete=on_delete,
+                        related_name=related_name,
+                        to=to,
                     ),
-                ),
-                migrations.AlterField(
-                    model_name="memorysnapshot",
-                    name="project",
-                    field=models.ForeignKey(
-                        db_constraint=False,
-                        db_index=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="+",
-                        to="agentops.project",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="memorysnapshot",
-                    name="run",
-                    field=models.ForeignKey(
-                        db_constraint=False,
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="memory_snapshots",
-                        to="runs.run",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="message",
-                    name="organization",
-                    field=models.ForeignKey(
-                        db_constraint=False,
-                        db_index=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="%(app_label)s_%(class)s_set",
-                        to="agentops.organization",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="message",
-                    name="project",
-                    field=models.ForeignKey(
-                        db_constraint=False,
-                        db_index=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="+",
-                        to="agentops.project",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="step",
-                    name="organization",
-                    field=models.ForeignKey(
-                        db_constraint=False,
-                        db_index=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="%(app_label)s_%(class)s_set",
-                        to="agentops.organization",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="step",
-                    name="project",
-                    field=models.ForeignKey(
-                        db_constraint=False,
-                        db_index=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="+",
-                        to="agentops.project",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="toolcall",
-                    name="organization",
-                    field=models.ForeignKey(
-                        db_constraint=False,
-                        db_index=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="%(app_label)s_%(class)s_set",
-                        to="agentops.organization",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="toolcall",
-                    name="project",
-                    field=models.ForeignKey(
-                        db_constraint=False,
-                        db_index=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        related_name="+",
-                        to="agentops.project",
-                    ),
-                ),
+                )
+                for model, name, on_delete, related_name, to in LINKS
             ],
         ),
     ]
