@@ -38,6 +38,20 @@ def _test_database_released(django_db_setup, django_db_blocker):
     connection.close()
 
 
+@pytest.fixture(autouse=True)
+def _channel_layer_of_this_test():
+    """Each test gets the channel layer new. Channels keeps one layer per process, and
+    channels_redis's layer keeps an asyncio lock per receiving channel that outlives
+    its event loop when a receiver is cancelled while it waits for it (the lock's wait
+    count is never given back, so the lock is never dropped). A server runs one event
+    loop, where that is harmless; tests run one loop each, and a later test whose two
+    consumers waited on that lock failed with "bound to a different event loop"."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends = {}
+    yield
+
+
 @dataclass
 class Tenant:
     organization: Organization
