@@ -128,10 +128,13 @@ def parse_json_text(value: Any, *, any_json: bool = False) -> Any:
 
 def text_value(value: Any, max_length: int) -> str:
     """A scalar attribute as text cut to a column's length ("" for none, lists and objects)."""
-    if value is None or isinstance(value, _STRUCTURED):
+    if value.__class__ is str and value.isascii() and "\x00" not in value:
+        text = value.strip()  # most are: ASCII without NUL is stored as it is
+    elif value is None or isinstance(value, _STRUCTURED):
         return ""
-    text = value if isinstance(value, str) else json.dumps(value) if isinstance(value, bool) else str(value)
-    text = clean_text(text).strip()
+    else:
+        text = value if isinstance(value, str) else json.dumps(value) if isinstance(value, bool) else str(value)
+        text = clean_text(text).strip()
     if len(text) > max_length:
         note(TEXT_CUT)
     return text[:max_length]

@@ -9,8 +9,10 @@ import math
 
 import pytest
 
-from agentops.jsonsafe import MAX_DEPTH, TRUNCATED
+from agentops.jsonsafe import MAX_DEPTH, NUL_REMOVED, SURROGATES_REPLACED, TRUNCATED
+from runs.events import TEXT_CUT, noting
 from runs.otlp import map_traces
+from runs.otlp.attributes import text_value
 from tests.runs.otlp_helpers import (
     CHILD,
     ROOT,
@@ -61,6 +63,27 @@ def test_nul_characters_and_unpaired_surrogates_are_removed():
         f"1 of 1 spans stored with changes: span {ROOT.hex()}: "
         "NUL characters removed, unpaired surrogates replaced by ?"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected", "notes"),
+    [
+        ("  gpt-4o \n", "gpt-4o", set()),
+        ("a\x00b", "ab", {NUL_REMOVED}),
+        ("mod\u00e8le", "mod\u00e8le", set()),
+        ("x\ud800y", "x?y", {SURROGATES_REPLACED}),
+        ("abcdefghij", "abcd", {TEXT_CUT}),
+        (True, "true", set()),
+        (12, "12", set()),
+        (None, "", set()),
+        (["a"], "", set()),
+        ({"a": 1}, "", set()),
+    ],
+)
+def test_a_scalar_attribute_becomes_column_text(value, expected, notes):
+    with noting() as noted:
+        assert text_value(value, 4 if value == "abcdefghij" else 100) == expected
+    assert noted == notes
 
 
 def test_a_span_stored_as_sent_gets_no_message():
