@@ -36,6 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from agentops.outages import log_degraded
+from agentops.redis_clients import shared_redis
 
 logger = logging.getLogger(__name__)
 
@@ -226,18 +227,11 @@ def access_changed(user_ids: Iterable[int]) -> None:
             logger.warning("could not tell %s its access changed", group, exc_info=True)
 
 
-_redis_client = None
-
-
 def _redis():
-    """A synchronous client of the channel layer's Redis, kept for the process: asking
-    through the async layer would cost an event loop and a new connection per call."""
-    global _redis_client
-    if _redis_client is None:
-        import redis
-
-        _redis_client = redis.Redis.from_url(settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0])
-    return _redis_client
+    """A synchronous client of the channel layer's Redis, the process's
+    (``agentops.redis_clients``): asking through the async layer would cost an event
+    loop and a new connection per call."""
+    return shared_redis(settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0])
 
 
 def has_listeners(*, project=None, organization=None, topic: str | None = None) -> bool:

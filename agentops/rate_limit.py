@@ -12,13 +12,12 @@ is unreachable their callers let requests through, with a warning that limits ar
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
+
+from agentops.redis_clients import shared_redis
 
 PERIOD_SECONDS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60}
 PERIOD_SECONDS |= {"h": 3600, "hour": 3600, "d": 86400, "day": 86400}
-# A Redis that accepts connections but does not answer must not hold a request for long.
-SOCKET_TIMEOUT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -48,32 +47,10 @@ def _verdict(results: list, limit: int, period: int) -> Verdict:
     return Verdict(False, limit, period, retry_after=max(1, math.ceil(ttl_ms / 1000)) if ttl_ms > 0 else period)
 
 
-_clients: dict[str, object] = {}
-_clients_lock = threading.Lock()
-
-
-def _client(url: str):
-    """One synchronous client per Redis URL for the process (its pool is thread-safe and
-    starts afresh in a forked child): building one per request cost more than the
-    round trip."""
-    client = _clients.get(url)
-    if client is None:
-        import redis
-
-        with _clients_lock:
-            client = _clients.get(url)
-            if client is None:
-                client = redis.Redis.from_url(
-                    url, socket_timeout=SOCKET_TIMEOUT_SECONDS, socket_connect_timeout=SOCKET_TIMEOUT_SECONDS
-                )
-                _clients[url] = client
-    return client
-
-
 def count_request(url: str, name: str, limit: int, period: int) -> Verdict:
     """Count one request of ``name`` in the Redis at ``url``; RedisError when it is
     unreachable."""
-    with _client(url).pipeline(transaction=True) as pipe:
+    with shared_redis(url).pipeline(transaction=True) as pipe:
         _queue(pipe, name, period)
         return _verdict(pipe.execute(), limit, period)
 

@@ -196,7 +196,6 @@ def redis_down(settings, tmp_path, monkeypatch):
     settings.CHANNEL_LAYERS = {
         "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [url]}}
     }
-    monkeypatch.setattr(live, "_redis_client", None)
     monkeypatch.setattr(live, "_listeners_seen", {})
     return url
 

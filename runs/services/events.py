@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agentops.outages import log_degraded
+from agentops.redis_clients import shared_redis
 from runs.models import StreamEvent
 
 logger = logging.getLogger(__name__)
@@ -137,16 +138,8 @@ def _notify(channels: list[str], seq: int) -> None:
         log_degraded(logger, "new events are not announced", exc)
 
 
-_client = None
-
-
 def _redis():
-    global _client
-    if _client is None:
-        import redis
-
-        _client = redis.Redis.from_url(settings.REDIS_URL)
-    return _client
+    return shared_redis(settings.REDIS_URL)
 
 
 def events_after(*, session=None, run=None, after: int = 0, limit: int = 500) -> list[StreamEvent]:
